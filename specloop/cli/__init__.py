@@ -14,6 +14,8 @@ import sys
 # Sub-command modules, in help order. Add a module here to add a command.
 COMMAND_MODULES = [
     "specloop.cli.theory_cmd",
+    "specloop.cli.figures_cmd",
+    "specloop.cli.reproduce_cmd",
 ]
 
 

@@ -1,0 +1,128 @@
+"""Write DIR/report.md from the parts' results: a status table, the verdicts, the
+theory-check table, every figure embedded with its numbers and table, and the
+machine and versions."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from specloop.figures._base import fmt
+from specloop.report.parts import PartResult
+
+__all__ = ["write_report", "markdown_table", "collect_claims"]
+
+_THEORY_COLUMNS = ("claim", "holds", "cases", "violations", "worst_ratio", "counterexample")
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A GitHub-flavoured Markdown table of ``rows`` (dicts); numbers via `fmt`.
+
+    Returns '' for no rows.
+    """
+    if not rows:
+        return ""
+    columns = list(columns or rows[0].keys())
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = [_cell(row.get(c)) for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        text = str(value)
+        text = text if len(text) <= 80 else text[:77] + "..."
+    else:
+        text = fmt(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def collect_claims(results: Iterable[PartResult]) -> list[dict]:
+    """Every verdict the parts computed: the theory check's claims and each
+    figure's ``claims``; each row has ``source``, ``claim``, ``statement``,
+    ``verdict`` (holds / does not hold / undecided) and ``evidence``."""
+    rows = []
+    for res in results:
+        if res.status != "ok":
+            continue
+        for claim in res.data.get("claims", []):
+            rows.append({"source": f"{res.name} (specloop theory check)",
+                         "claim": claim.get("claim"), "statement": claim.get("statement", ""),
+                         "verdict": _verdict(claim.get("holds")),
+                         "evidence": _theory_evidence(claim)})
+        for claim in (res.figure or {}).get("claims", []):
+            rows.append({"source": res.name, "claim": claim.get("claim"),
+                         "statement": claim.get("statement", ""),
+                         "verdict": _verdict(claim.get("holds")),
+                         "evidence": claim.get("evidence", "")})
+    return rows
+
+
+def _verdict(holds: Any) -> str:
+    if holds is None:
+        return "undecided"
+    return "holds" if bool(holds) else "**does not hold**"
+
+
+def _theory_evidence(claim: Mapping[str, Any]) -> str:
+    parts = [f"{k}={fmt(claim.get(k))}" for k in ("cases", "violations", "worst_ratio")
+             if k in claim]
+    return ", ".join(parts)
+
+
+def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], machine: Mapping,
+                 config: Mapping[str, Any], total_seconds: float) -> Path:
+    """Write ``out_dir/report.md`` and return its path."""
+    out = Path(out_dir)
+    lines: list[str] = ["# specloop reproduce report", ""]
+    lines += [f"Configuration: {', '.join(f'{k}={v}' for k, v in config.items())}. "
+              f"Wall time of this invocation: {total_seconds:.0f} s "
+              f"(parts reused from an earlier run count their original time below).", ""]
+    lines += ["## Parts", "", markdown_table(
+        [{"part": r.name, "status": r.status, "seconds": r.seconds, "reused": r.reused,
+          "reason": r.reason} for r in results]), ""]
+    claims = collect_claims(results)
+    lines += ["## Verdicts on the papers' stated results", "",
+              "Each verdict is computed from this run's numbers (never from the papers' text).", ""]
+    lines += [markdown_table(claims, ["claim", "source", "statement", "verdict", "evidence"])
+              if claims else "No verdicts: no part that computes one finished.", ""]
+    for res in results:
+        lines += _part_section(res, out)
+    lines += ["## Machine and versions", ""]
+    lines += [f"- {k}: {v}" for k, v in machine.items() if k != "versions"]
+    lines += [f"- {k} {v}" for k, v in machine.get("versions", {}).items()]
+    lines.append("")
+    path = out / "report.md"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def _part_section(res: PartResult, out: Path) -> list[str]:
+    title = (res.figure or {}).get("title") or res.name
+    lines = [f"## {res.name}: {title}", ""]
+    if res.status != "ok":
+        lines += [f"Status: **{res.status}** — {res.reason}", ""]
+        return lines
+    if res.name == "theory":
+        rows = res.data.get("claims", [])
+        cols = [c for c in _THEORY_COLUMNS if rows and c in rows[0]]
+        lines += [markdown_table(rows, cols or None), ""]
+    fig = res.figure or {}
+    for image in fig.get("image_paths", []):
+        if image.endswith(".png"):
+            rel = os.path.relpath(image, out)
+            lines += [f"![{res.name}]({rel})", ""]
+    numbers = fig.get("numbers", {})
+    if numbers:
+        lines += [markdown_table([{"quantity": k, "value": v} for k, v in numbers.items()]), ""]
+    if fig.get("table"):
+        lines += [markdown_table(fig["table"]), ""]
+    for note in fig.get("notes", []):
+        lines += [f"- {note}"]
+    data_files = [os.path.relpath(p, out) for p in fig.get("data_paths", [])]
+    if data_files:
+        lines += ["", "Data: " + ", ".join(f"`{p}`" for p in data_files)]
+    lines += [f"", f"({res.seconds:.0f} s{', reused' if res.reused else ''})", ""]
+    return lines
