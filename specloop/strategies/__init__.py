@@ -1,4 +1,14 @@
 """Strategy objects shared by the simulator and the real decoder: draft policies
-(plan/observe) and online learners (step). See `specloop.strategies.base`."""
+(plan/observe) and online learners (step). See `specloop.strategies.base`.
+
+Policies: `FixedK`, `TheoryOptimalK`, `HeuristicK`, `ConfidenceStop` (chain),
+`UCBK`, `EXP3K` (bandits over k), `StaticTree`, `DynamicTree` (trees).
+Learners: `OGD`, `OptimisticOGD`, `HedgeEnsemble`, `OptimisticEnsemble`,
+`OSDDistillation`.
+"""
 from specloop.strategies.base import (DraftPlan, DraftPolicy, DraftStep, OnlineLearner,
                                       PlanState, TreeCandidates, TreePlan)
+from specloop.strategies.ogd import OGD, OptimisticOGD
+from specloop.strategies.ensemble import (HedgeEnsemble, OptimisticEnsemble,
+                                          default_num_learners, geometric_learning_rates)
+from specloop.strategies.osd import OSDDistillation

@@ -134,7 +134,19 @@ class TreeCandidates:
 
 @runtime_checkable
 class DraftPolicy(Protocol):
-    """Decides how much to draft. Must be deterministic given its seed."""
+    """Decides how much to draft. Must be deterministic given its seed.
+
+    Optional hooks (engines call them when present, ``hasattr`` checks):
+
+    * ``continue_drafting(step: DraftStep) -> bool``: asked after every draft step
+      of a chain or tree; False stops drafting before the plan's depth cap
+      (e.g. `specloop.strategies.policies.ConfidenceStop`).
+    * ``verify_size(candidates: TreeCandidates) -> int``: after a tree is drafted,
+      the number V >= 1 of nodes (best by cumulative draft probability) to send to
+      the target (e.g. `specloop.strategies.trees.DynamicTree`, LTD's size policy).
+    * ``state_dict() -> dict`` / ``load_state_dict(state)``: every policy in
+      `specloop.strategies` has them.
+    """
 
     def plan(self, state: PlanState) -> DraftPlan: ...
 
@@ -149,6 +161,12 @@ class OnlineLearner(Protocol):
     ``step(params, grads, loss) -> params`` returns new arrays and never mutates
     its inputs. ``grads`` is the gradient of f_t at the parameters that were
     *played* this round (the ones last returned, or the initial ones).
+
+    Every learner in `specloop.strategies` also accepts an optional keyword
+    ``oracle: Callable[[list], tuple[float, list]]`` -- f_t and grad f_t at any
+    parameter list -- which ensembles use to evaluate their base learners and
+    OSD-style distillation buffers for later updates; learners that do not need it
+    ignore it.
     """
 
     def step(self, params: Sequence[Any], grads: Sequence[Any], loss: float) -> list[Any]: ...

@@ -1,0 +1,148 @@
+"""Array-API helpers for the online learners (private).
+
+Every function takes a *list of parameter arrays* (NumPy arrays or torch tensors;
+anything `array_api_compat.array_namespace` understands), returns new arrays and
+never writes into its inputs. The L2 geometry is the *joint* one of OnlineSpec
+Assumption 2: ``||w||_2 = sqrt(sum_i ||w_i||_F^2)`` over the whole list.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+from array_api_compat import array_namespace, device, is_torch_array
+
+__all__ = [
+    "namespace", "detach", "copy_list", "joint_norm", "joint_sq_dist", "project_ball",
+    "add_scaled", "weighted_sum", "inner", "to_numpy_list", "from_numpy_list",
+    "from_numpy_or_same",
+    "check_params", "check_pair", "check_loss",
+]
+
+
+def namespace(arrays: Sequence[Any]):
+    """The array namespace shared by ``arrays``. Raises ValueError if empty/mixed."""
+    if len(arrays) == 0:
+        raise ValueError("parameter list is empty: a learner needs at least one array")
+    try:
+        return array_namespace(*arrays)
+    except TypeError as exc:
+        raise ValueError(f"parameters must be arrays of one library: {exc}") from exc
+
+
+def detach(array: Any) -> Any:
+    """The value of ``array`` without autograd history (torch); identity otherwise."""
+    return array.detach() if is_torch_array(array) else array
+
+
+def copy_list(arrays: Sequence[Any]) -> list[Any]:
+    """Fresh copies (never views) of every array, autograd history dropped."""
+    xp = namespace(arrays)
+    return [xp.asarray(detach(a), copy=True) for a in arrays]
+
+
+def joint_norm(arrays: Sequence[Any]) -> float:
+    """Joint L2 norm sqrt(sum_i sum(a_i ** 2)) as a Python float."""
+    xp = namespace(arrays)
+    return math.sqrt(sum(float(xp.sum(detach(a) * detach(a))) for a in arrays))
+
+
+def joint_sq_dist(xs: Sequence[Any], ys: Sequence[Any]) -> float:
+    """Squared joint L2 distance ||x - y||^2 as a Python float."""
+    xp = namespace(xs)
+    return sum(float(xp.sum((detach(x) - detach(y)) ** 2)) for x, y in zip(xs, ys))
+
+
+def inner(xs: Sequence[Any], ys: Sequence[Any]) -> float:
+    """Joint inner product <x, y> as a Python float."""
+    xp = namespace(xs)
+    return sum(float(xp.sum(detach(x) * detach(y))) for x, y in zip(xs, ys))
+
+
+def project_ball(arrays: Sequence[Any], radius: float | None) -> list[Any]:
+    """Euclidean projection Pi_W onto W = {w : ||w||_2 <= radius} (joint norm).
+
+    ``radius=None`` means W is the whole space (plain copy). Source: OnlineSpec
+    Sec. 3.1, Pi_W[w] = argmin_{w' in W} ||w' - w||_2 (a rescaling for a ball).
+    """
+    norm = joint_norm(arrays)
+    if radius is None or norm <= radius:
+        return copy_list(arrays)
+    scale = radius / norm
+    return [detach(a) * scale for a in arrays]
+
+
+def add_scaled(xs: Sequence[Any], ys: Sequence[Any], scale: float) -> list[Any]:
+    """[x_i + scale * y_i] (new arrays)."""
+    return [detach(x) + float(scale) * detach(y) for x, y in zip(xs, ys)]
+
+
+def weighted_sum(lists: Sequence[Sequence[Any]], weights: Sequence[float]) -> list[Any]:
+    """sum_j weights[j] * lists[j] element-wise over parameter lists (new arrays)."""
+    out = [float(weights[0]) * detach(a) for a in lists[0]]
+    for w, arrays in zip(weights[1:], lists[1:]):
+        out = [o + float(w) * detach(a) for o, a in zip(out, arrays)]
+    return out
+
+
+def to_numpy_list(arrays: Sequence[Any] | None) -> list[np.ndarray] | None:
+    """NumPy copies (CPU) of the arrays, for `state_dict`."""
+    if arrays is None:
+        return None
+    out = []
+    for a in arrays:
+        a = detach(a)
+        if is_torch_array(a):
+            a = a.cpu().numpy()
+        out.append(np.array(a, copy=True))
+    return out
+
+
+def from_numpy_list(arrays: Sequence[np.ndarray] | None, like: Sequence[Any]) -> list[Any] | None:
+    """Convert NumPy arrays back to the namespace, dtype and device of ``like``."""
+    if arrays is None:
+        return None
+    xp = namespace(like)
+    return [xp.asarray(np.asarray(a), dtype=ref.dtype, device=device(ref))
+            for a, ref in zip(arrays, like)]
+
+
+def from_numpy_or_same(arrays: Sequence[Any], like: Sequence[Any]) -> list[Any]:
+    """``arrays`` in the namespace/dtype/device of ``like``: unchanged (no copy) when
+    they already match, converted through NumPy otherwise (e.g. after a state load)."""
+    same = all(type(a) is type(r) and a.dtype == r.dtype and device(a) == device(r)
+               for a, r in zip(arrays, like))
+    if same and len(arrays) == len(like):
+        return list(arrays)
+    return from_numpy_list(to_numpy_list(arrays), like)
+
+
+def check_params(params: Sequence[Any], name: str = "params") -> None:
+    """ValueError unless ``params`` is a non-empty list of finite arrays."""
+    if isinstance(params, (str, bytes)) or not isinstance(params, Sequence):
+        raise ValueError(f"{name} must be a list of arrays, got {type(params).__name__}")
+    xp = namespace(params)
+    for i, a in enumerate(params):
+        if not bool(xp.all(xp.isfinite(detach(a)))):
+            raise ValueError(f"{name}[{i}] contains NaN or infinite values")
+
+
+def check_pair(params: Sequence[Any], grads: Sequence[Any]) -> None:
+    """ValueError unless ``grads`` matches ``params`` in length and shapes, all finite."""
+    check_params(params, "params")
+    check_params(grads, "grads")
+    if len(params) != len(grads):
+        raise ValueError(f"params has {len(params)} arrays but grads has {len(grads)}")
+    for i, (p, g) in enumerate(zip(params, grads)):
+        if tuple(p.shape) != tuple(g.shape):
+            raise ValueError(f"params[{i}] has shape {tuple(p.shape)} but grads[{i}] has "
+                             f"shape {tuple(g.shape)}")
+
+
+def check_loss(loss: float, required: bool) -> float:
+    """The loss as a float; ValueError if it is required and not finite."""
+    value = float(loss)
+    if required and not math.isfinite(value):
+        raise ValueError(f"this learner needs a finite loss f_t(w_t), got {value}")
+    return value
