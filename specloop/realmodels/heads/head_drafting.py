@@ -1,0 +1,234 @@
+"""Chain and tree drafting for feature heads (Medusa, Hydra) behind the decoder's
+`specloop.realmodels.drafters.base.Drafter` interface.
+
+A head drafter keeps one target feature ``h_t`` (last-layer hidden state, post final
+norm) and the pending token x_{t+1}; depth j of a draft (j = 0 .. K-1) is produced by
+``expand(states, tokens, j) -> (states, logits)`` over a batch of frontier nodes.
+
+* chain (``plan.tree is None``): k = min(num_draft_tokens, K, max_tokens) steps; each
+  token is the argmax (greedy) or a draw from ``q_draft`` = `processed_probs` of the
+  step's logits (Leviathan et al. 2023); rows are reported in the target vocabulary.
+* static tree (``TreePlan.branching``): every node at depth j gets the top-b_j
+  children of its own distribution (SpecInfer / Medusa tree attention).
+* dynamic tree (``TreePlan.top_k``): EAGLE-2 (Li et al. 2024, Sec. 4): each frontier
+  node proposes its top_k children, the top_k children by cumulative draft
+  probability form the next frontier and join the tree.
+
+Tree children are chosen deterministically (top-b without replacement), so trees
+are reported with ``q_draft=None`` (verified as point masses: lossless for any
+sampling config, see the interface's contract). ``verify_size`` / ``max_tokens``
+keep the best nodes by cumulative draft probability, closed under ancestors.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
+from specloop.realmodels.heads.hydra import HydraHeads, ReducedVocabHead
+from specloop.realmodels.heads.medusa import MedusaHeads
+from specloop.realmodels.sampling import processed_probs, sample_from
+
+__all__ = ["FeatureHeadDrafter", "HydraDrafter", "MedusaDrafter", "draft_chain", "draft_tree", "prune_tree"]
+
+Expand = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
+
+
+def draft_chain(expand: Expand, state: torch.Tensor, pending: int, k: int, request: DraftRequest,
+                vocab: ReducedVocabHead) -> DraftProposal:
+    """Draft a chain of k tokens; returns q_draft (k, V_target) float32."""
+    tokens, rows = [], []
+    token = torch.tensor([pending], dtype=torch.long, device=state.device)
+    for depth in range(k):
+        state, logits = expand(state, token, depth)
+        probs = processed_probs(logits[0], request.sampling)
+        if request.sampling.greedy:
+            tid = int(probs.argmax())
+        else:
+            tid = sample_from(probs, request.generator)
+        rows.append(probs)
+        tokens.append(int(vocab.draft_to_target[tid]))
+        token = vocab.draft_to_target[tid].reshape(1)
+    if not tokens:
+        return DraftProposal.empty(device=request.ids.device)
+    q = vocab.to_target_probs(torch.stack(rows)).float().to(request.ids.device)
+    return DraftProposal.chain(tokens, q, device=request.ids.device)
+
+
+def draft_tree(expand: Expand, state: torch.Tensor, pending: int, depth_cap: int, request: DraftRequest,
+               vocab: ReducedVocabHead) -> DraftProposal:
+    """Draft a static (branching) or EAGLE-2 (top_k) tree up to ``depth_cap`` levels."""
+    plan = request.plan.tree
+    tokens: list[int] = []
+    parents: list[int] = []
+    cum: list[float] = []
+    frontier = [-1]                       # node indices (-1 = the pending token)
+    front_cum = torch.zeros(1, dtype=torch.float64)
+    front_tok = torch.tensor([pending], dtype=torch.long, device=state.device)
+    states = state
+    for depth in range(depth_cap):
+        states, logits = expand(states, front_tok, depth)
+        logp = torch.log_softmax(logits.double(), -1)           # (B, V_d)
+        width = plan.top_k if plan.top_k is not None else plan.branching[depth]
+        width = min(int(width), logp.shape[-1])
+        top_lp, top_id = logp.topk(width, dim=-1)                 # (B, width)
+        cand = (front_cum[:, None] + top_lp.cpu()).reshape(-1)
+        keep = torch.arange(cand.numel())
+        if plan.top_k is not None and cand.numel() > plan.top_k:
+            keep = cand.topk(plan.top_k).indices.sort().values
+        src = keep // width
+        new_nodes = []
+        for flat, b in zip(keep.tolist(), src.tolist()):
+            tokens.append(int(vocab.draft_to_target[top_id.reshape(-1)[flat]]))
+            parents.append(frontier[b])
+            cum.append(float(cand[flat]))
+            new_nodes.append(len(tokens) - 1)
+        if len(tokens) >= request.max_tokens and plan.verify_size is None:
+            break
+        frontier = new_nodes
+        front_cum = cand[keep]
+        states = states[src.to(states.device)]
+        front_tok = torch.tensor(tokens[-len(new_nodes):], dtype=torch.long, device=state.device)
+    budget = request.max_tokens if plan.verify_size is None else min(request.max_tokens, plan.verify_size)
+    return prune_tree(tokens, parents, cum, budget, request.ids.device)
+
+
+def prune_tree(tokens: list[int], parents: list[int], log_cum: list[float], budget: int,
+               device: torch.device | str) -> DraftProposal:
+    """Keep at most ``budget`` nodes with the highest cumulative log-probability,
+    always together with their ancestors, in topological order (EAGLE-2's rerank)."""
+    n = len(tokens)
+    order = sorted(range(n), key=lambda i: (-log_cum[i], i))
+    chosen: set[int] = set()
+    for i in order:
+        chain, j = [], i
+        while j >= 0 and j not in chosen:
+            chain.append(j)
+            j = parents[j]
+        if len(chosen) + len(chain) > budget:
+            continue
+        chosen.update(chain)
+    kept = sorted(chosen)
+    remap = {old: new for new, old in enumerate(kept)}
+    toks = torch.tensor([tokens[i] for i in kept], dtype=torch.long, device=device)
+    pars = torch.tensor([remap[parents[i]] if parents[i] >= 0 else -1 for i in kept],
+                        dtype=torch.long, device=device)
+    probs = torch.tensor([log_cum[i] for i in kept], dtype=torch.float64).exp()
+    return DraftProposal(toks, pars, None, probs)
+
+
+class FeatureHeadDrafter(BaseDrafter):
+    """Base for drafters driven by the target's last-layer feature (Medusa, Hydra).
+
+    Subclasses set ``name``, ``vocab`` (a `ReducedVocabHead`), ``max_depth`` (K) and
+    implement ``expand(states, tokens, depth)`` and ``root_state(h)``.
+
+    The feature h_t is the target's hidden state of the token *before* the pending
+    token (``needs_target_hidden = (-1,)``: transformers' last hidden state, which
+    for Llama-family models is after the final norm, so that
+    ``lm_head(h_t)`` gives the pending token's distribution).
+    """
+
+    needs_target_hidden: tuple[int, ...] = (-1,)
+    vocab: ReducedVocabHead
+    max_depth: int
+
+    def __init__(self) -> None:
+        self._h: torch.Tensor | None = None
+        self._pending: int | None = None
+
+    def root_state(self, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):  # pragma: no cover
+        raise NotImplementedError
+
+    def reset(self, prompt_ids: torch.Tensor, *, target_hidden: tuple[torch.Tensor, ...] | None = None) -> None:
+        """Start a prompt. ``target_hidden[0]``: (L-1, d) last-layer states of prompt_ids[:-1].
+
+        Raises:
+            ValueError: empty prompt, or hidden states missing / of the wrong length.
+        """
+        if prompt_ids.numel() == 0:
+            raise ValueError(f"{self.name}: empty prompt")
+        if prompt_ids.numel() == 1 and not target_hidden:
+            self._h, self._pending = None, int(prompt_ids[-1])   # nothing prefilled yet
+            return
+        if target_hidden is None or len(target_hidden) == 0:
+            raise ValueError(f"{self.name} needs the target's last hidden states at reset "
+                             "(needs_target_hidden=(-1,)); the decoder passed none")
+        hidden = target_hidden[0]
+        if hidden.shape[0] != prompt_ids.shape[0] - 1:
+            raise ValueError(f"{self.name}: got hidden states for {hidden.shape[0]} tokens, expected "
+                             f"{prompt_ids.shape[0] - 1} (the prompt without its pending token)")
+        self._h = hidden[-1].detach() if hidden.shape[0] else None
+        self._pending = int(prompt_ids[-1])
+
+    def observe(self, feedback: VerifyFeedback) -> None:
+        """Take h_t from the last verified token and the new pending token."""
+        if feedback.target_hidden is None:
+            raise ValueError(f"{self.name} needs VerifyFeedback.target_hidden (needs_target_hidden=(-1,))")
+        self._h = feedback.target_hidden[0][-1].detach()
+        self._pending = int(feedback.committed_tokens[-1])
+
+    @torch.no_grad()
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        """Chain or tree from the current feature; empty when no feature exists yet
+        (a one-token prompt's first round) or k = 0."""
+        pending = int(request.ids[-1])
+        if self._h is None or request.plan.num_draft_tokens == 0 or request.max_tokens <= 0:
+            return DraftProposal.empty(device=request.ids.device)
+        if pending != self._pending:
+            raise ValueError(f"{self.name}: request's pending token {pending} != observed {self._pending}; "
+                             "reset/observe were not called in order")
+        state = self.root_state(self._h)
+        if request.plan.tree is None:
+            k = min(request.plan.num_draft_tokens, self.max_depth, request.max_tokens)
+            return draft_chain(self.expand, state, pending, k, request, self.vocab)
+        cap = min(request.plan.tree.max_depth, request.plan.num_draft_tokens, self.max_depth)
+        return draft_tree(self.expand, state, pending, cap, request, self.vocab)
+
+
+class HydraDrafter(FeatureHeadDrafter):
+    """`HydraHeads` behind the Drafter interface: depth j runs head j on the previous
+    node's predicted feature and token. ``parameters()``: the heads' tensors."""
+
+    name = "hydra"
+
+    def __init__(self, heads: HydraHeads) -> None:
+        super().__init__()
+        self.heads = heads.eval()
+        self.vocab = heads.lm_head
+        self.max_depth = heads.config.num_heads
+
+    def root_state(self, h: torch.Tensor) -> torch.Tensor:
+        return h.reshape(1, -1)
+
+    def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):
+        return self.heads.step(depth, states, tokens)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self.heads.trainable_parameters()
+
+
+class MedusaDrafter(FeatureHeadDrafter):
+    """`MedusaHeads` behind the Drafter interface: every depth reads the same h_t
+    (Medusa heads ignore earlier draft tokens). ``parameters()``: the heads' tensors."""
+
+    name = "medusa"
+
+    def __init__(self, heads: MedusaHeads) -> None:
+        super().__init__()
+        self.heads = heads.eval()
+        self.vocab = heads.lm_head
+        self.max_depth = heads.config.num_heads
+
+    def root_state(self, h: torch.Tensor) -> torch.Tensor:
+        return h.reshape(1, -1)
+
+    def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):
+        return states, self.heads.head_logits(states, depth)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self.heads.trainable_parameters()

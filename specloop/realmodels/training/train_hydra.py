@@ -1,0 +1,139 @@
+"""Train Hydra heads (`specloop.realmodels.heads.hydra`) on the target feature cache.
+
+Multi-step training (EAGLE-3's "training-time test", Li et al. 2025, Sec. 3.2,
+applied to Hydra's sequential heads): for an anchor t, the heads are unrolled K steps
+from the target's h_t, each head consuming the *previous head's predicted feature*
+z_{i-1} (not the target's h_{t+i-1}) together with the true token x_{t+i}; gradients
+flow through the whole unroll. The loss per head i is (Hydra, Ankner et al. 2024,
+Sec. 4, teacher distillation; EAGLE, Li et al. 2024, eq. 3-5 for the feature term)
+
+    L_i = CE(p_target(. | x_<=t+i) restricted to V_d, q_draft_i)
+          + feature_weight * SmoothL1(z_i, h_{t+i})
+
+and the total is sum_i head_decay^(i-1) * L_i (Medusa's geometric head weights).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from specloop.realmodels.heads.hydra import HydraHeads
+from specloop.realmodels.training.head_data import (HeadBatch, distill_loss, gather_head_batch,
+                                                    sample_anchors, soft_labels, top1_agreement)
+from specloop.realmodels.training.head_loop import LoopConfig, run_loop
+
+__all__ = ["HydraTrainConfig", "hydra_loss", "evaluate_heads", "train_hydra_heads", "PartSampler"]
+
+
+@dataclass(frozen=True)
+class HydraTrainConfig:
+    """Loss settings.
+
+    Attributes:
+        feature_weight: weight of the SmoothL1 feature-regression term.
+        head_decay: geometric weight of head i's loss (decay^(i-1)).
+        eval_positions: held-out anchors for top-1 agreement.
+    """
+
+    feature_weight: float = 1.0
+    head_decay: float = 0.8
+    eval_positions: int = 2048
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class PartSampler:
+    """Draws `HeadBatch`es from a growing `FeaturePart` (re-reads ``n_done`` every
+    ``refresh`` draws, so training can start while extraction still runs)."""
+
+    def __init__(self, part, horizon: int, batch_size: int, refresh: int = 50) -> None:
+        self.part, self.horizon, self.batch_size, self.refresh = part, horizon, batch_size, refresh
+        self.length = int(part.meta["chunk_len"])
+        self.n_chunks = part.n_done
+        self.draws = 0
+        self.max_chunks_seen = self.n_chunks
+
+    def __call__(self, rng: np.random.Generator) -> HeadBatch:
+        self.draws += 1
+        if self.draws % self.refresh == 0:
+            self.n_chunks = self.part.n_done
+            self.max_chunks_seen = max(self.max_chunks_seen, self.n_chunks)
+        chunks, offsets = sample_anchors(self.n_chunks, self.length, self.horizon, self.batch_size, rng)
+        return gather_head_batch(self.part, chunks, offsets, self.horizon)
+
+
+def fixed_eval_batch(part, horizon: int, positions: int, seed: int = 1234) -> HeadBatch:
+    """A deterministic held-out batch of ``positions`` anchors (from the val part)."""
+    rng = np.random.default_rng(seed)
+    chunks, offsets = sample_anchors(part.n_done, int(part.meta["chunk_len"]), horizon, positions, rng)
+    return gather_head_batch(part, chunks, offsets, horizon)
+
+
+def hydra_loss(heads: HydraHeads, batch: HeadBatch, cfg: HydraTrainConfig) -> tuple[torch.Tensor, dict]:
+    """Multi-step loss of a batch (see the module docstring); metrics: head-1 top-1."""
+    z, logits = heads.unroll(batch.h, batch.tokens)            # (B, K, d), (B, K, V_d)
+    index, weight = soft_labels(batch.topk_ids, batch.topk_probs, heads.lm_head.target_to_draft)
+    total = logits.new_zeros(())
+    for i in range(heads.config.num_heads):
+        ce = distill_loss(logits[:, i], index[:, i], weight[:, i])
+        feat = F.smooth_l1_loss(z[:, i], batch.target_hidden[:, i])
+        total = total + cfg.head_decay ** i * (ce + cfg.feature_weight * feat)
+    with torch.no_grad():
+        acc = top1_agreement(logits[:, 0], heads.lm_head.draft_to_target, batch.topk_ids[:, 0])
+    return total, {"top1": float(acc)}
+
+
+@torch.no_grad()
+def evaluate_heads(logits: torch.Tensor, draft_to_target: torch.Tensor, batch: HeadBatch) -> dict:
+    """Held-out metrics from (B, K, V_d) logits: ``top1_head_i`` (agreement of head i's
+    argmax with the target's top-1, teacher-forced tokens) and ``chain_accept_i``
+    (fraction of anchors where heads 1..i all agree: a teacher-forced proxy for
+    greedy chain acceptance)."""
+    agree = draft_to_target[logits.argmax(-1)] == batch.topk_ids[..., 0]      # (B, K)
+    out = {}
+    for i in range(logits.shape[1]):
+        out[f"top1_head{i + 1}"] = round(float(agree[:, i].float().mean()), 4)
+    chain = agree.float().cumprod(1).mean(0)
+    for i in range(logits.shape[1]):
+        out[f"chain_accept{i + 1}"] = round(float(chain[i]), 4)
+    return out
+
+
+def train_hydra_heads(heads: HydraHeads, train_part, val_part, loop: LoopConfig,
+                      cfg: HydraTrainConfig = HydraTrainConfig(), *, checkpoint=None,
+                      progress: bool = True) -> dict:
+    """Train ``heads`` in place on a feature cache.
+
+    Args:
+        heads: `HydraHeads` (embedding = the target's).
+        train_part / val_part: `FeaturePart`s (training chunks; held-out chunks).
+        loop: `LoopConfig`; cfg: `HydraTrainConfig`.
+        checkpoint: resumable checkpoint file (Path) or None.
+
+    Returns:
+        `run_loop`'s report plus ``train_tokens_available`` (tokens in the finished
+        training chunks when training ended) and the configs.
+
+    Raises:
+        ValueError: an empty cache part, a chunk shorter than K + 1.
+    """
+    horizon = heads.config.num_heads
+    sampler = PartSampler(train_part, horizon, loop.batch_size)
+    val = fixed_eval_batch(val_part, horizon, cfg.eval_positions)
+
+    def loss_fn(rng):
+        return hydra_loss(heads, sampler(rng), cfg)
+
+    def eval_fn():
+        _, logits = heads.unroll(val.h, val.tokens)
+        return evaluate_heads(logits, heads.lm_head.draft_to_target, val)
+
+    report = run_loop(heads, loss_fn, eval_fn, loop, checkpoint=checkpoint, progress=progress, desc="hydra")
+    report["train_tokens_available"] = sampler.max_chunks_seen * sampler.length
+    report["loop_config"] = loop.to_dict()
+    report["loss_config"] = cfg.to_dict()
+    return report
