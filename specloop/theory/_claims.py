@@ -1,0 +1,46 @@
+"""`ClaimResult` and the tally that builds it (shared by the theory check modules)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["ClaimResult", "Tally"]
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """Verdict on one claim. ``counterexample`` is the smallest violating case or None."""
+
+    claim: str
+    holds: bool
+    cases: int
+    violations: int
+    worst_ratio: float
+    counterexample: dict[str, Any] | None
+    statement: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Tally:
+    """Accumulates cases, violations, the worst ratio and the smallest counterexample."""
+
+    def __init__(self, lower: bool):
+        self.lower, self.cases, self.violations = lower, 0, 0
+        self.worst = -math.inf if lower else math.inf
+        self.best_key, self.counterexample = None, None
+
+    def add(self, ratio: float, violated: bool, key, example) -> None:
+        self.cases += 1
+        self.worst = max(self.worst, ratio) if self.lower else min(self.worst, ratio)
+        if violated:
+            self.violations += 1
+            if self.best_key is None or key < self.best_key:
+                self.best_key, self.counterexample = key, example()
+
+    def result(self, claim: str, statement: str, **details) -> ClaimResult:
+        return ClaimResult(claim, self.violations == 0, self.cases, self.violations,
+                           float(self.worst), self.counterexample, statement, details)
