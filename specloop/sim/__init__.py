@@ -1,1 +1,18 @@
-"""See DESIGN.md."""
+"""`specloop.sim`: exact and fast simulation of speculative-decoding rounds.
+
+Modules (import the one you need; the Numba kernels compile on first use, cached):
+
+* `streams`   -- `make_stream`: target distribution streams (stationary, piecewise,
+  smooth, fast, trained-target), Zipf shapes, chain correlation.
+* `drafts`    -- `ParametricDraft` (low-rank q_w with analytic CE gradients),
+  `NoisyDraft` (fixed-error / frozen drafts of a stream).
+* `rounds`    -- chain rounds: `chain_round`, batched `simulate_chain_tables`, the
+  Assumption-1 fast path `simulate_iid_chain`.
+* `trees`     -- static and EAGLE-2 dynamic trees, greedy and recursive-rejection
+  verification: `tree_round`, `simulate_tree_tables`, `theory_tokens_tree`.
+* `costs`     -- `LinearCost` (a k + A), `TableCost` (measured verify table).
+* `engine`    -- `run_chain`: policy -> draft -> verify -> record -> observe (-> learn).
+
+Layering: imports `specloop.theory`, `specloop.record` and the plain-data contracts of
+`specloop.strategies.base` only; never `specloop.realmodels`.
+"""

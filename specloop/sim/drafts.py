@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ParametricDraft", "check_probability_vector"]
+__all__ = ["ParametricDraft", "NoisyDraft", "check_probability_vector"]
 
 
 def check_probability_vector(p: np.ndarray, vocab_size: int, name: str = "p_target",
@@ -171,3 +171,56 @@ class ParametricDraft:
         log_q = z - np.log(np.exp(z).sum())
         support = p > 0
         return float((p[support] * (np.log(p[support]) - log_q[support])).sum())
+
+
+class NoisyDraft:
+    """A fixed-error draft of a stream: q_t(. | c) = softmax((z_s(c) + noise * eps_c)
+    / (T_stream * temperature)) with z_s the stream's logits and eps_c fixed Gaussian
+    noise, s = t (``frozen=False``: the draft tracks the target with a constant error)
+    or s = 0 (``frozen=True``: a static draft that a drifting target leaves behind).
+
+    Args:
+        stream: a `specloop.sim.streams.TargetStream`.
+        noise: >= 0 logit-noise scale (0 and temperature 1 give q = p).
+        temperature: > 0 extra draft temperature.
+        seed: seed of eps.
+        frozen: see above.
+
+    Raises:
+        ValueError: noise < 0 or temperature <= 0.
+    """
+
+    def __init__(self, stream, noise: float = 1.0, temperature: float = 1.0, seed: int = 0,
+                 frozen: bool = False):
+        if not noise >= 0:
+            raise ValueError(f"noise must be >= 0, got {noise}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.stream = stream
+        self.noise = float(noise)
+        self.temperature = float(temperature)
+        self.frozen = bool(frozen)
+        self.vocab_size = stream.vocab_size
+        self.num_contexts = stream.num_contexts
+        self._eps = np.random.default_rng(seed).standard_normal((stream.num_contexts, stream.vocab_size))
+        self._key = None
+        self._table = None
+
+    def q_table(self, t: int) -> np.ndarray:
+        """float64 (C, V): q_t(. | c) for every context (cached; do not modify)."""
+        s = 0 if self.frozen else int(t)
+        key = self.stream._state_key(s)
+        if key != self._key:
+            z = (self.stream.logits_table(s) + self.noise * self._eps) / (
+                self.stream.options.temperature * self.temperature)
+            z -= z.max(axis=1, keepdims=True)
+            np.exp(z, out=z)
+            z /= z.sum(axis=1, keepdims=True)
+            self._table, self._key = z, key
+        return self._table
+
+    def q_draft(self, t: int, context: int) -> np.ndarray:
+        """float64 (V,): q_t(. | context)."""
+        if not 0 <= int(context) < self.num_contexts:
+            raise ValueError(f"context {context} outside [0, {self.num_contexts})")
+        return self.q_table(t)[int(context)]
