@@ -230,3 +230,28 @@ class HydraHeads(nn.Module):
         """The tensors online learners update (every parameter; the embedding is not one)."""
         return [p for p in self.parameters()]
 
+
+
+def build_hydra(target: nn.Module, draft_to_target: torch.Tensor, num_heads: int = 4,
+                num_layers: int = 1) -> HydraHeads:
+    """Fresh Hydra heads for a transformers causal LM ``target`` (its embedding by
+    reference; reduced LM head initialised from the target's LM-head rows)."""
+    embed = target.get_input_embeddings().weight
+    config = HydraConfig(int(embed.shape[1]), num_heads, num_layers, int(embed.shape[0]),
+                         int(torch.as_tensor(draft_to_target).numel()))
+    heads = HydraHeads(config, draft_to_target, embed)
+    heads.lm_head.init_from_target(target.get_output_embeddings().weight)
+    return heads.float()
+
+
+def hydra_from_saved(target: nn.Module, tensors: dict[str, torch.Tensor], config: dict) -> HydraHeads:
+    """Rebuild `HydraHeads` from `specloop.realmodels.heads.common.load_draft` output
+    (``config["architecture"]`` holds `HydraConfig` fields).
+
+    Raises:
+        ValueError: the saved heads do not fit this target (width / vocabulary).
+    """
+    arch = HydraConfig(**config["architecture"])
+    heads = HydraHeads(arch, tensors["lm_head.draft_to_target"], target.get_input_embeddings().weight)
+    heads.load_state_dict(tensors)
+    return heads.float().eval()

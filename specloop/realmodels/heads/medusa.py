@@ -103,3 +103,31 @@ class MedusaHeads(nn.Module):
             raise ValueError(f"Medusa head depth {depth} outside [0, {self.config.num_heads})")
         return self.lm_head(self.heads[depth](h.to(self.lm_head.proj.weight.dtype)))
 
+
+
+def build_medusa(target: nn.Module, draft_to_target: torch.Tensor, num_heads: int = 4,
+                 num_layers: int = 1) -> MedusaHeads:
+    """Fresh Medusa heads for a transformers causal LM ``target`` (shared reduced LM
+    head initialised from the target's LM-head rows; ResBlocks start as identity, so
+    a fresh head i predicts the target's own next token, as in Medusa)."""
+    weight = target.get_output_embeddings().weight
+    config = MedusaConfig(int(weight.shape[1]), num_heads, num_layers, int(weight.shape[0]),
+                          int(torch.as_tensor(draft_to_target).numel()))
+    heads = MedusaHeads(config, draft_to_target)
+    heads.lm_head.init_from_target(weight)
+    return heads.float()
+
+
+def medusa_from_saved(target: nn.Module, tensors: dict[str, torch.Tensor], config: dict) -> MedusaHeads:
+    """Rebuild `MedusaHeads` from `specloop.realmodels.heads.common.load_draft` output.
+
+    Raises:
+        ValueError: the saved heads do not fit this target's vocabulary.
+    """
+    arch = MedusaConfig(**config["architecture"])
+    if arch.target_vocab_size != int(target.get_output_embeddings().weight.shape[0]):
+        raise ValueError(f"saved Medusa heads are for a vocabulary of {arch.target_vocab_size} tokens, "
+                         f"the target has {int(target.get_output_embeddings().weight.shape[0])}")
+    heads = MedusaHeads(arch, tensors["lm_head.draft_to_target"])
+    heads.load_state_dict(tensors)
+    return heads.float().eval()

@@ -1,0 +1,88 @@
+"""Distil a small LM draft (`specloop.realmodels.heads.small_lm`) from the target on
+the feature cache: teacher-forced windows of real text, soft labels = the target's
+cached top-K next-token distributions restricted to the reduced vocabulary
+(Hinton et al. 2015 distillation; the token-level KD of DistillSpec, Zhou et al.
+2024, with forward KL).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from specloop.realmodels.heads.small_lm import SmallLMDraft
+from specloop.realmodels.training.head_data import distill_loss, gather_windows, soft_labels
+from specloop.realmodels.training.head_loop import LoopConfig, run_loop
+
+__all__ = ["SmallLMTrainConfig", "small_lm_loss", "train_small_lm_draft"]
+
+
+@dataclass(frozen=True)
+class SmallLMTrainConfig:
+    """Settings: ``window`` (tokens per training sequence, <= chunk_len),
+    ``eval_windows`` (held-out windows for top-1 agreement)."""
+
+    window: int = 128
+    eval_windows: int = 16
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _windows(part, n_chunks: int, width: int, count: int, rng: np.random.Generator):
+    length = int(part.meta["chunk_len"])
+    if n_chunks < 1:
+        raise ValueError("the feature cache has no finished chunk yet")
+    if width > length:
+        raise ValueError(f"window {width} longer than the cache's chunk_len {length}")
+    chunks = np.sort(rng.integers(0, n_chunks, size=count))
+    starts = rng.integers(0, length - width + 1, size=count)
+    return gather_windows(part, chunks, starts, width)
+
+
+def small_lm_loss(draft: SmallLMDraft, tokens: torch.Tensor, topk_ids: torch.Tensor,
+                  topk_probs: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """Distillation loss over every position of (B, W) windows; metric: top-1 agreement."""
+    logits, _ = draft(tokens)
+    index, weight = soft_labels(topk_ids, topk_probs, draft.lm_head.target_to_draft)
+    loss = distill_loss(logits, index, weight)
+    with torch.no_grad():
+        pred = draft.lm_head.draft_to_target[logits.argmax(-1)]
+        acc = (pred == topk_ids[..., 0]).float().mean()
+    return loss, {"top1": float(acc)}
+
+
+def train_small_lm_draft(draft: SmallLMDraft, train_part, val_part, loop: LoopConfig,
+                         cfg: SmallLMTrainConfig = SmallLMTrainConfig(), *, checkpoint=None,
+                         progress: bool = True) -> dict:
+    """Train ``draft`` in place (``loop.batch_size`` windows of ``cfg.window``
+    tokens per step).
+
+    Returns:
+        `run_loop`'s report (``positions`` counts windows; ``train_positions`` the
+        teacher-forced token positions seen), ``train_tokens_available``, configs.
+
+    Raises:
+        ValueError: empty cache parts, a window longer than a chunk.
+    """
+    state = {"n": train_part.n_done, "seen": train_part.n_done, "draws": 0}
+    val = _windows(val_part, val_part.n_done, cfg.window, cfg.eval_windows, np.random.default_rng(1234))
+
+    def loss_fn(rng):
+        state["draws"] += 1
+        if state["draws"] % 50 == 0:
+            state["n"] = train_part.n_done
+            state["seen"] = max(state["seen"], state["n"])
+        return small_lm_loss(draft, *_windows(train_part, state["n"], cfg.window, loop.batch_size, rng))
+
+    def eval_fn():
+        loss, metrics = small_lm_loss(draft, *val)
+        return {"top1": round(metrics["top1"], 4), "loss": round(float(loss), 4)}
+
+    report = run_loop(draft, loss_fn, eval_fn, loop, checkpoint=checkpoint, progress=progress, desc="small-lm")
+    report["train_positions"] = report["positions"] * cfg.window
+    report["train_tokens_available"] = state["seen"] * int(train_part.meta["chunk_len"])
+    report["loop_config"] = loop.to_dict()
+    report["loss_config"] = cfg.to_dict()
+    return report
