@@ -58,12 +58,20 @@ def run_figure(name: str, out_dir: str | os.PathLike, quick: bool = False) -> Fi
 
     Raises:
         ValueError: unknown figure name.
-        FigureUnavailable: the figure's inputs are not available (reason in message).
+        FigureUnavailable: the figure's inputs are not available (reason in message),
+            including a ``specloop.*`` module that does not exist yet.
     """
     if name not in FIGURES:
         raise ValueError(f"unknown figure {name!r}; choose from {', '.join(FIGURES)}")
     module = importlib.import_module(FIGURES[name][0])
-    result = module.main(Path(out_dir), quick=quick)
+    try:
+        result = module.main(Path(out_dir), quick=quick)
+    except ModuleNotFoundError as exc:
+        # a specloop module that another part has not landed yet (e.g. imported by a
+        # registry that is being built): the figure's input is missing, not broken
+        if (exc.name or "").startswith("specloop."):
+            raise FigureUnavailable(f"{exc.name} is not available yet ({exc})") from exc
+        raise
     if not isinstance(result, FigureResult):
         raise TypeError(f"figure {name!r} returned {type(result).__name__}, not FigureResult")
     return result

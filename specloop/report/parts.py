@@ -94,9 +94,9 @@ def _call_theory_check(fn: Callable, quick: bool) -> list[dict]:
     if "seed" in params:
         kwargs["seed"] = 0
     if quick or scale(quick) == "tiny":
-        for name in ("num_cases", "cases", "n_cases"):
+        for name in ("cases_per_family", "num_cases", "cases"):
             if name in params:
-                kwargs[name] = 60 if scale(quick) == "tiny" else 300
+                kwargs[name] = 3 if scale(quick) == "tiny" else 20
                 break
     rows = fn(**kwargs)
     out = []
