@@ -196,8 +196,11 @@ class SmallLMDraftDrafter:
             if a != b:
                 break
             common += 1
-        if common < len(self._cached):
-            self._cache.crop(common)
+        if common == 0 and self._cached:
+            from transformers import DynamicCache
+            self._cache, self._cached = DynamicCache(), []
+        elif common < len(self._cached):
+            self._cache.crop(-(len(self._cached) - common))   # transformers 5: negative = tokens to drop
             del self._cached[common:]
         return self._feed(ids[common:])
 
