@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "specloop.cli.theory_cmd",
     "specloop.cli.figures_cmd",
     "specloop.cli.reproduce_cmd",
+    "specloop.cli.ltd_cmd",
 ]
 
 

@@ -1,0 +1,245 @@
+"""``specloop ltd train|eval``: LTD (Learning To Draft) in the simulator and on the
+real decoder (issue 8).
+
+* ``specloop ltd train --env sim`` trains the depth and size policies with PPO
+  (initial training of each alone, then alternating co-training) in
+  `specloop.sim.ltd_env` and saves ``<name>`` (co-trained) and ``<name>-independent``
+  (the initial pair, not co-trained) by name (`specloop.strategies.ltd.save_policy`).
+  ``--reward-ablation`` also trains size policies on the acceptance-length and
+  time-cost rewards (LTD's reward ablation) and saves ``<name>-size-<reward>``.
+* ``specloop ltd train --env real --init NAME`` fine-tunes a (sim-trained) policy on
+  the real decoder (`specloop.realmodels.ltd_env`) and saves ``<name>``.
+* ``specloop ltd eval --env sim|real [--json]``: static trees grid-searched over
+  (depth, V) on separate tuning prompts, LTD, depth-only, size-only, the
+  independent combination, the reward ablation and (real) the transfer rows.
+  Writes ``ltd_eval_<env>.json`` and the per-cycle decisions
+  ``ltd_decisions_<env>.npz`` / ``.csv`` under ``--out``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specloop.strategies.ltd import LTDConfig, LTDPolicy, REWARDS, load_policy, save_policy
+
+__all__ = ["register", "evaluate_rows", "grid_search_static"]
+
+DEFAULT_OUT = Path("results/ltd")
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("ltd", help="LTD: PPO depth / verification-size policies (train, eval)")
+    sub = parser.add_subparsers(dest="ltd_command", metavar="ACTION")
+    sub.required = True
+    train = sub.add_parser("train", help="train LTD policies (sim: from scratch; real: fine-tune)")
+    _common(train)
+    train.add_argument("--name", default=None, help="policy name (default ltd-sim / ltd-real)")
+    train.add_argument("--depth-steps", type=int, default=20_480, help="initial depth-policy env steps")
+    train.add_argument("--size-steps", type=int, default=8_192, help="initial size-policy env steps (cycles)")
+    train.add_argument("--rounds", type=int, default=2, help="alternating co-training rounds")
+    train.add_argument("--co-depth-steps", type=int, default=8_192)
+    train.add_argument("--co-size-steps", type=int, default=4_096)
+    train.add_argument("--fixed-verify-size", type=int, default=16,
+                       help="V while the depth policy trains alone (LTD: 60 on a GPU)")
+    train.add_argument("--reward", choices=REWARDS, default="throughput")
+    train.add_argument("--reward-ablation", action="store_true",
+                       help="also train size policies on the other rewards")
+    train.add_argument("--init", default="ltd-sim", help="(real) policy to fine-tune")
+    train.set_defaults(func=_train)
+    ev = sub.add_parser("eval", help="evaluate LTD against static trees and its ablations")
+    _common(ev)
+    ev.add_argument("--policy", default=None, help="LTD policy name (default ltd-sim / ltd-real)")
+    ev.add_argument("--episodes", type=int, default=48, help="(sim) evaluation prompts")
+    ev.add_argument("--json", action="store_true", help="print the result as JSON")
+    ev.set_defaults(func=_eval)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env", choices=("sim", "real"), default="sim")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    p.add_argument("--prompts", type=int, default=8, help="(real) prompts per evaluation / training pass")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="(real) tokens per prompt")
+    p.add_argument("--drafter", default=None, help="(real) drafter checkpoint / name (see realmodels.ltd_env)")
+    p.add_argument("--dtype", default="float32", help="(real) target dtype")
+
+
+# -- train -----------------------------------------------------------------------------
+def _train(args) -> int:
+    from specloop.strategies.ltd_train import CoTrainSchedule, co_train
+
+    config = LTDConfig()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.env == "real":
+        from specloop.realmodels.ltd_env import fine_tune
+        name = args.name or "ltd-real"
+        policy, log = fine_tune(load_policy(args.init), args, config)
+        path = save_policy(policy, name, {"env": "real", "init": args.init, "log": log})
+        print(f"saved {path}")
+        return 0
+    from specloop.sim.ltd_env import SimTreeEngine, TreeWorld, make_size_env
+    from specloop.strategies.ltd_train import train_ppo
+
+    name = args.name or "ltd-sim"
+    world = TreeWorld(config=config)
+    schedule = CoTrainSchedule(args.depth_steps, args.size_steps, args.rounds, args.co_depth_steps,
+                               args.co_size_steps, args.fixed_verify_size)
+    start = time.perf_counter()
+    result = co_train(lambda: SimTreeEngine(world), config, schedule, args.seed, args.reward)
+    meta = {"env": "sim", "schedule": schedule.__dict__, "reward": args.reward, "seed": args.seed,
+            "stages": result["log"], "world": world.options.__dict__, "cost_source": world.cost_source}
+    for key, suffix in (("ltd", ""), ("independent", "-independent")):
+        print(f"saved {save_policy(result[key], name + suffix, meta)}")
+    if args.reward_ablation:
+        for reward in REWARDS:
+            if reward == args.reward:
+                continue
+            _, actor, seconds = train_ppo(make_size_env(world=world, reward=reward), "size", args.size_steps,
+                                          seed=args.seed)
+            path = save_policy(LTDPolicy(config, None, actor, name=f"size-{reward}"),
+                               f"{name}-size-{reward}", {**meta, "reward": reward, "seconds": seconds})
+            print(f"saved {path}")
+    (args.out / f"ltd_train_{name}.json").write_text(json.dumps(
+        {**meta, "seconds": time.perf_counter() - start}, indent=2, default=str))
+    return 0
+
+
+# -- eval ------------------------------------------------------------------------------
+def grid_search_static(run, config: LTDConfig, depths=None, sizes=None) -> tuple[dict, list[dict]]:
+    """Best static (D, V) by tokens/s; ``run(policy) -> (trace, depths, sizes)``.
+    Returns (best row, all rows)."""
+    rows = []
+    for depth in depths or range(1, config.max_depth + 1):
+        for size in sizes or config.verify_sizes:
+            trace, _, _ = run(LTDPolicy(config, static_depth=depth, static_verify_size=size))
+            rows.append({"depth": depth, "verify_size": size, "tokens_per_s": trace.tokens_per_second(),
+                         "mean_accepted_length": trace.mean_accepted_length()})
+    return max(rows, key=lambda r: r["tokens_per_s"]), rows
+
+
+def _ablation_policies(ltd: LTDPolicy, independent: LTDPolicy | None, best: dict) -> dict:
+    cfg, d, v = ltd.config, best["depth"], best["verify_size"]
+    out = {f"static D={d} V={v} (grid best)": LTDPolicy(cfg, static_depth=d, static_verify_size=v),
+           "LTD (co-trained)": ltd,
+           "depth-only (size static)": LTDPolicy(cfg, ltd.depth_actor, None, static_verify_size=v),
+           "size-only (depth static)": LTDPolicy(cfg, None, ltd.size_actor, static_depth=d)}
+    if independent is not None:
+        out["independent (not co-trained)"] = independent
+    return out
+
+
+def evaluate_rows(run, policies: dict, best_static_tps: float) -> tuple[list[dict], dict]:
+    """One row per policy: config, mean_accepted_length, tokens_per_s,
+    speedup_vs_best_static, mean depth / V; and the per-cycle decisions."""
+    rows, decisions = [], {}
+    for label, policy in policies.items():
+        trace, depths, sizes = run(policy)
+        tps = trace.tokens_per_second()
+        rows.append({"config": label, "mean_accepted_length": trace.mean_accepted_length(),
+                     "tokens_per_s": tps, "speedup_vs_best_static": tps / best_static_tps,
+                     "mean_depth": float(np.mean(depths)), "mean_verify_size": float(np.mean(sizes)),
+                     "rounds": len(trace)})
+        decisions[label] = (np.asarray(depths), np.asarray(sizes), trace.column("tokens_per_round"))
+    return rows, decisions
+
+
+def _load_optional(name: str) -> LTDPolicy | None:
+    try:
+        return load_policy(name)
+    except FileNotFoundError:
+        return None
+
+
+def _eval(args) -> int:
+    if args.env == "real":
+        from specloop.realmodels.ltd_env import real_eval
+        result, decisions = real_eval(args, LTDConfig(), _ablation_policies, grid_search_static,
+                                      evaluate_rows, _load_optional)
+    else:
+        result, decisions = _sim_eval(args)
+    _write(args, result, decisions)
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        print()
+    else:
+        _print_table(result)
+    return 0
+
+
+def _sim_eval(args):
+    from specloop.sim.ltd_env import TreeWorld, run_policy
+
+    name = args.policy or "ltd-sim"
+    ltd = load_policy(name)
+    world = TreeWorld(config=ltd.config)
+
+    def runner(seed, episodes):
+        def run(policy):
+            res = run_policy(policy, world, episodes, seed=seed)
+            return res.trace, res.depths, res.sizes
+        return run
+
+    best, grid = grid_search_static(runner(args.seed + 1000, max(8, args.episodes // 3)), ltd.config)
+    run = runner(args.seed, args.episodes)
+    best_tps = run(LTDPolicy(ltd.config, static_depth=best["depth"], static_verify_size=best["verify_size"]))[0] \
+        .tokens_per_second()
+    policies = _ablation_policies(ltd, _load_optional(f"{name}-independent"), best)
+    for reward in REWARDS:
+        ablation = _load_optional(f"{name}-size-{reward}")
+        if ablation is not None:
+            policies[f"reward={reward} (size-only)"] = LTDPolicy(ltd.config, None, ablation.size_actor,
+                                                                 static_depth=best["depth"])
+    independent = _load_optional(f"{name}-independent")
+    if independent is not None and independent.size_actor is not None:   # trained alone, throughput reward
+        policies["reward=throughput (size-only)"] = LTDPolicy(ltd.config, None, independent.size_actor,
+                                                              static_depth=best["depth"])
+    rows, decisions = evaluate_rows(run, policies, best_tps)
+    overhead = _sim_overhead(ltd, world, args.seed)
+    result = {"env": "sim", "policy": name, "rows": rows, "best_static": best, "grid": grid,
+              "policy_overhead": overhead, "cost_source": world.cost_source,
+              "episodes": args.episodes, "rounds_per_episode": world.options.rounds_per_episode}
+    return result, decisions
+
+
+def _sim_overhead(ltd: LTDPolicy, world, seed: int) -> dict:
+    """Measured seconds of the exported actors per decision vs the simulated round time."""
+    from specloop.sim.ltd_env import run_policy
+
+    res = run_policy(ltd, world, 4, seed=seed, charge_policy_time=False)
+    round_time = res.trace.total_time / len(res.trace)
+    per_round = res.policy_seconds / len(res.trace)
+    return {"policy_seconds_per_round": per_round, "round_seconds": round_time,
+            "overhead_fraction": per_round / round_time}
+
+
+def _write(args, result: dict, decisions: dict) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = result["env"]
+    (args.out / f"ltd_eval_{env}.json").write_text(json.dumps(result, indent=2))
+    arrays = {}
+    with open(args.out / f"ltd_decisions_{env}.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["config", "cycle", "tree_depth", "verify_size", "tokens_per_round"])
+        for i, (label, (depths, sizes, tokens)) in enumerate(decisions.items()):
+            arrays[f"config_{i}_depth"], arrays[f"config_{i}_verify_size"] = depths, sizes
+            arrays[f"config_{i}_tokens"] = tokens
+            for j, (d, v, n) in enumerate(zip(depths, sizes, tokens)):
+                writer.writerow([label, j, int(d), int(v), int(n)])
+    arrays["config_labels"] = np.asarray(list(decisions))
+    np.savez(args.out / f"ltd_decisions_{env}.npz", **arrays)
+
+
+def _print_table(result: dict) -> None:
+    print(f"LTD eval ({result['env']}, policy {result['policy']}); best static {result['best_static']}")
+    print(f"{'config':40s} {'tau':>6s} {'tok/s':>8s} {'vs best static':>14s} {'D':>5s} {'V':>6s}")
+    for row in result["rows"]:
+        print(f"{row['config']:40s} {row['mean_accepted_length']:6.2f} {row['tokens_per_s']:8.2f} "
+              f"{row['speedup_vs_best_static']:14.3f} {row['mean_depth']:5.2f} {row['mean_verify_size']:6.1f}")
+    if "policy_overhead" in result:
+        print(f"policy overhead: {result['policy_overhead']}")
