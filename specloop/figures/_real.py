@@ -141,3 +141,27 @@ def time_specloop(make_decoder: Callable[[], object], prompts: Sequence[Sequence
         if traces is not None:
             traces.append(result.trace)
     return TimedRun(method, sum(len(o) for o in outputs), total, rounds, outputs)
+
+
+TRAINED_DRAFTERS = ("eagle", "eagle3", "hybrid", "medusa", "hydra")
+
+
+def saved_drafters(target, names: Sequence[str] = TRAINED_DRAFTERS) -> list[str]:
+    """The trained drafters that load for ``target`` *without training* (a saved or
+    shipped checkpoint exists): figures never start a draft's offline training."""
+    try:
+        registry = require("specloop.realmodels.drafters.registry", "make_drafter",
+                           "drafter_names")
+        known = set(registry.drafter_names())
+    except (FigureUnavailable, ImportError):
+        return []
+    found = []
+    for name in names:
+        if name not in known:
+            continue
+        try:
+            registry.make_drafter(name, target, train_if_missing=False, progress=False)
+        except (FileNotFoundError, ValueError, ImportError, KeyError):
+            continue
+        found.append(name)
+    return found

@@ -18,7 +18,7 @@ import numpy as np
 from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure, require,
                                     save_figure, sizes, write_csv)
 from specloop.figures._real import (DEFAULT_TARGET, heldout_prompt_ids, load_target,
-                                    time_hf_generate, time_specloop)
+                                    saved_drafters, time_hf_generate, time_specloop)
 
 __all__ = ["main", "SIZES", "TARGET_VS_PROMPT_LOOKUP"]
 
@@ -27,11 +27,11 @@ TARGET_VS_PROMPT_LOOKUP = 1.3  # issue 5: specloop tree n-gram >= 1.3x HF prompt
 
 SIZES = {
     "full": {"dtypes": ("float32", "bfloat16"), "prompts": {"humaneval": 8, "mt-bench": 8},
-             "max_new_tokens": 128, "chain_k": 8, "tree": (4, 1, 1, 1, 1, 1, 1, 1)},
+             "max_new_tokens": 128, "chain_k": 8, "head_k": 4, "tree": (4, 1, 1, 1, 1, 1, 1, 1)},
     "quick": {"dtypes": ("float32",), "prompts": {"humaneval": 3, "mt-bench": 2},
-              "max_new_tokens": 64, "chain_k": 8, "tree": (4, 1, 1, 1, 1, 1, 1, 1)},
+              "max_new_tokens": 64, "chain_k": 8, "head_k": 4, "tree": (4, 1, 1, 1, 1, 1, 1, 1)},
     "tiny": {"dtypes": ("float32",), "prompts": {"humaneval": 1, "mt-bench": 1},
-             "max_new_tokens": 12, "chain_k": 4, "tree": (2, 1, 1, 1)},
+             "max_new_tokens": 12, "chain_k": 4, "head_k": 3, "tree": (2, 1, 1, 1)},
 }
 
 
@@ -45,7 +45,8 @@ def _specloop_methods(target, cfg: dict) -> list[tuple[str, object]]:
 
     def factory(drafter: str, policy):
         return lambda: decoder_mod.SpeculativeDecoder(
-            target, registry.make_drafter(drafter, target), policy=policy)
+            target, registry.make_drafter(drafter, target, train_if_missing=False,
+                                          progress=False), policy=policy)
 
     methods = [
         (f"specloop_chain_ngram_k{cfg['chain_k']}",
@@ -53,19 +54,10 @@ def _specloop_methods(target, cfg: dict) -> list[tuple[str, object]]:
         ("specloop_tree_ngram",
          factory("ngram", policy_mod.FixedDraftPolicy(tree=TreePlan(branching=cfg["tree"])))),
     ]
-    for name in _trained_drafters(target):
-        methods.append((f"specloop_chain_{name}", factory(name, policy_mod.FixedDraftPolicy(5))))
+    for name in saved_drafters(target):
+        methods.append((f"specloop_chain_{name}_k{cfg['head_k']}",
+                        factory(name, policy_mod.FixedDraftPolicy(cfg["head_k"]))))
     return methods
-
-
-def _trained_drafters(target) -> list[str]:
-    """Trained-head drafters whose checkpoint is already saved (never trains here)."""
-    try:
-        heads = __import__("specloop.realmodels.heads.registry", fromlist=["saved_drafters"])
-    except ImportError:
-        return []
-    finder = getattr(heads, "saved_drafters", None)
-    return list(finder(target)) if callable(finder) else []
 
 
 def _measure(dtype: str, cfg: dict) -> list[dict]:

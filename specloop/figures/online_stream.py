@@ -1,0 +1,215 @@
+"""Figure (d): mean accepted length tau and tokens/s per chunk over a real prompt
+stream (held-out HumanEval -> MT-bench -> IFBench, a domain-shift order), frozen
+against online drafts — OnlineSpec's per-chunk curves.
+
+Sources, in order of preference:
+
+1. ``specloop stream`` (issue 7), when that command exists: it serves the stream
+   with frozen and online-adapted drafts and reports per-chunk numbers.
+2. Otherwise this module serves the stream itself with the real decoder on the
+   embedded SmolLM2-135M target, for every draft it can run *frozen* (n-gram prompt
+   lookup; trained heads whose checkpoint is saved), plus plain HF greedy decoding
+   of the same prompts as the tokens/s reference. No online curve exists then, and
+   the report says so: nothing is synthesised.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure, require,
+                                    save_figure, sizes, write_csv, write_json)
+from specloop.figures._real import (DEFAULT_TARGET, heldout_prompt_ids, load_target,
+                                    saved_drafters, time_hf_generate, time_specloop)
+
+__all__ = ["main", "SIZES", "chunk_summaries"]
+
+NAME = "online_stream"
+DATASET_ORDER = ("humaneval", "mt-bench", "ifbench")
+
+SIZES = {
+    "full": {"per_dataset": 8, "chunk": 4, "max_new_tokens": 128, "k": 6},
+    "quick": {"per_dataset": 2, "chunk": 2, "max_new_tokens": 48, "k": 6},
+    "tiny": {"per_dataset": 1, "chunk": 1, "max_new_tokens": 10, "k": 3},
+}
+
+
+def chunk_summaries(traces: list, chunk: int) -> list[dict]:
+    """Per chunk of ``chunk`` consecutive prompts: mean accepted length (committed
+    tokens per round over the chunk's rounds) and tokens/s (committed tokens over
+    draft + verify + update seconds), from each prompt's `Trace`.
+
+    Raises:
+        ValueError: chunk < 1.
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1 prompt, got {chunk}")
+    out = []
+    for start in range(0, len(traces), chunk):
+        group = [t for t in traces[start:start + chunk] if len(t)]
+        tokens = sum(t.total_tokens for t in group)
+        rounds = sum(len(t) for t in group)
+        seconds = sum(t.total_time for t in group)
+        out.append({"chunk": start // chunk, "prompts": len(traces[start:start + chunk]),
+                    "rounds": rounds, "tokens": tokens,
+                    "mean_accepted_length": tokens / rounds if rounds else float("nan"),
+                    "tokens_per_s": tokens / seconds if seconds > 0 else float("nan")})
+    return out
+
+
+# -- source 1: `specloop stream` (issue 7) ------------------------------------------
+def _from_stream_command(cfg: dict, out: Path) -> dict | None:
+    """Run ``specloop stream --json`` in-process when the command exists; returns its
+    JSON (``methods`` -> mean_accepted_length, speedup, speedup_with_training,
+    per_chunk) or None when the command is not available."""
+    try:
+        import specloop.cli.stream_cmd  # noqa: F401
+    except ImportError:
+        return None
+    from specloop.cli import main as cli_main
+    argv = ["stream", "--target", DEFAULT_TARGET, "--datasets", ",".join(DATASET_ORDER),
+            "--prompts", str(cfg["per_dataset"] * len(DATASET_ORDER)), "--chunk", str(cfg["chunk"]),
+            "--max-new-tokens", str(cfg["max_new_tokens"]), "--json", "--out", str(out / "stream")]
+    if cfg.get("methods"):
+        argv[3:3] = ["--method", ",".join(cfg["methods"])]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = cli_main(argv)
+    if code != 0:
+        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
+    return json.loads(buffer.getvalue())
+
+
+# -- source 2: frozen drafts served here ------------------------------------------------
+def _serve_frozen(cfg: dict) -> tuple[list[dict], list[str]]:
+    decoder_mod = require("specloop.realmodels.decoder", "SpeculativeDecoder",
+                          why="the real-model decoder (issue 5)")
+    registry = require("specloop.realmodels.drafters.registry", "make_drafter")
+    policy_mod = require("specloop.realmodels.policy", "FixedDraftPolicy")
+    target = load_target(DEFAULT_TARGET, dtype="float32")
+    tagged = heldout_prompt_ids(target.tokenizer, {d: cfg["per_dataset"] for d in DATASET_ORDER})
+    prompts = [ids for _, ids in tagged]
+    rows, methods = [], []
+    for drafter in ["ngram"] + saved_drafters(target):
+        traces: list = []
+        make = (lambda d=drafter: decoder_mod.SpeculativeDecoder(
+            target, registry.make_drafter(d, target, train_if_missing=False, progress=False),
+            policy=policy_mod.FixedDraftPolicy(cfg["k"])))
+        time_specloop(make, prompts, cfg["max_new_tokens"], drafter, traces=traces)
+        method = f"{drafter} (frozen)"
+        methods.append(method)
+        rows += [{"method": method, "online": False, **r} for r in chunk_summaries(traces, cfg["chunk"])]
+    rows += _baseline_chunks(target, prompts, cfg)
+    for row in rows:
+        first = row["chunk"] * cfg["chunk"]
+        row["datasets"] = "+".join(dict.fromkeys(d for d, _ in tagged[first:first + cfg["chunk"]]))
+    return rows, methods
+
+
+def _baseline_chunks(target, prompts: list, cfg: dict) -> list[dict]:
+    """HF greedy tokens/s per chunk (the plain-decoding reference line)."""
+    rows = []
+    for start in range(0, len(prompts), cfg["chunk"]):
+        run = time_hf_generate(target, prompts[start:start + cfg["chunk"]], cfg["max_new_tokens"],
+                               "hf_greedy")
+        rows.append({"method": "HF greedy (no draft)", "online": False, "chunk": start // cfg["chunk"],
+                     "prompts": len(run.outputs), "rounds": run.new_tokens, "tokens": run.new_tokens,
+                     "mean_accepted_length": 1.0, "tokens_per_s": run.tokens_per_s})
+    return rows
+
+
+def _rows_from_stream_json(data: dict) -> list[dict]:
+    rows = []
+    for method, summary in data.get("methods", {}).items():
+        per_chunk = summary.get("per_chunk") or []
+        tps = summary.get("per_chunk_tokens_per_s") or [float("nan")] * len(per_chunk)
+        online = not any(w in method.lower() for w in ("frozen", "vanilla")) and \
+            method.lower() not in ("eagle", "eagle3", "hydra", "medusa", "small-lm", "ngram")
+        for i, (tau, rate) in enumerate(zip(per_chunk, tps)):
+            rows.append({"method": method, "online": online, "chunk": i, "datasets": "",
+                         "mean_accepted_length": tau, "tokens_per_s": rate})
+    if not rows:
+        raise FigureUnavailable("`specloop stream --json` returned no per-chunk results")
+    return rows
+
+
+def _claims(rows: list[dict]) -> list[dict]:
+    online = [r for r in rows if r["online"]]
+    frozen = [r for r in rows if not r["online"] and r["method"] != "HF greedy (no draft)"]
+    if not online:
+        return [{"claim": "online_beats_frozen_stream",
+                 "statement": "OnlineSpec: online-adapted drafts reach a higher mean accepted "
+                              "length than frozen drafts over a shifting prompt stream",
+                 "holds": None,
+                 "evidence": "undecided: no online method ran (issue 7's `specloop stream` "
+                             "is not available); frozen drafts only"}]
+    best_online = max(_mean_tau(online, m) for m in {r["method"] for r in online})
+    best_frozen = max(_mean_tau(frozen, m) for m in {r["method"] for r in frozen}) if frozen else np.nan
+    return [{"claim": "online_beats_frozen_stream",
+             "statement": "OnlineSpec: online-adapted drafts reach a higher mean accepted length "
+                          "than frozen drafts over a shifting prompt stream",
+             "holds": bool(best_online >= best_frozen) if np.isfinite(best_frozen) else None,
+             "evidence": f"best online tau {best_online:.3f} vs best frozen {best_frozen:.3f} "
+                         "(mean over chunks)"}]
+
+
+def _mean_tau(rows: list[dict], method: str) -> float:
+    return float(np.nanmean([r["mean_accepted_length"] for r in rows if r["method"] == method]))
+
+
+def _plot(rows: list[dict], out: Path) -> list[Path]:
+    fig, axes = new_figure(ncols=2, width=5.2, height=3.8)
+    for i, method in enumerate(dict.fromkeys(r["method"] for r in rows)):
+        pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["chunk"])
+        chunks = [r["chunk"] for r in pts]
+        style = dict(color="k", ls=":", marker="") if method.startswith("HF") else \
+            dict(color=f"C{i}", ls="-" if pts[0]["online"] else "--", marker="o", ms=4)
+        if not method.startswith("HF"):
+            axes[0].plot(chunks, [r["mean_accepted_length"] for r in pts], label=method, **style)
+        axes[1].plot(chunks, [r["tokens_per_s"] for r in pts], label=method, **style)
+    labels = {r["chunk"]: r.get("datasets", "") for r in rows}
+    for ax, ylabel in zip(axes, ("mean accepted length tau (tokens/round)", "tokens/s")):
+        ax.set(xlabel="chunk of prompts (stream order)", ylabel=ylabel)
+        ax.set_xticks(sorted(labels), [f"{c}\n{labels[c]}" for c in sorted(labels)], fontsize=7)
+        ax.legend(fontsize=7)
+    axes[0].set_title("per-chunk tau: online (—) vs frozen (--)")
+    axes[1].set_title(f"per-chunk tokens/s ({DEFAULT_TARGET})")
+    return save_figure(fig, out, NAME)
+
+
+def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
+    """Serve (or read) the stream, save (``online_stream.csv``) and plot figure (d).
+
+    Raises:
+        FigureUnavailable: no decoder / model / dataset packages.
+    """
+    cfg = sizes(SIZES, quick)
+    out = Path(out_dir)
+    stream_json = _from_stream_command(cfg, out)
+    if stream_json is not None:
+        write_json(out / "stream.json", stream_json)
+        rows, source = _rows_from_stream_json(stream_json), "specloop stream (issue 7)"
+    else:
+        rows, _ = _serve_frozen(cfg)
+        source = "frozen drafts served by this figure (specloop stream not available)"
+    data = write_csv(out / f"{NAME}.csv", rows)
+    images = _plot(rows, out)
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    table = [{"method": m, "online": next(r["online"] for r in rows if r["method"] == m),
+              "mean_accepted_length": _mean_tau(rows, m),
+              "tokens_per_s": float(np.nanmean([r["tokens_per_s"] for r in rows if r["method"] == m])),
+              "per_chunk_tau": " ".join(f"{r['mean_accepted_length']:.2f}"
+                                        for r in rows if r["method"] == m)}
+             for m in methods]
+    return FigureResult(
+        name=NAME, title="per-chunk mean accepted length and tokens/s over a real prompt stream",
+        data_paths=[data], image_paths=images, claims=_claims(rows), table=table,
+        numbers={"prompts_per_dataset": cfg["per_dataset"], "chunk_prompts": cfg["chunk"],
+                 "max_new_tokens": cfg["max_new_tokens"]},
+        notes=[f"Source: {source}.",
+               "Stream order: held-out HumanEval, then MT-bench, then IFBench prompts "
+               "(domain shifts at chunk boundaries); greedy decoding, float32."])
