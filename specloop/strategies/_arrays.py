@@ -13,6 +13,8 @@ from typing import Any, Sequence
 import numpy as np
 from array_api_compat import array_namespace, device, is_torch_array
 
+_NUMPY_NS = array_namespace(np.zeros(1))
+
 __all__ = [
     "namespace", "detach", "copy_list", "joint_norm", "joint_sq_dist", "project_ball",
     "add_scaled", "weighted_sum", "inner", "to_numpy_list", "from_numpy_list",
@@ -25,6 +27,8 @@ def namespace(arrays: Sequence[Any]):
     """The array namespace shared by ``arrays``. Raises ValueError if empty/mixed."""
     if len(arrays) == 0:
         raise ValueError("parameter list is empty: a learner needs at least one array")
+    if all(type(a) is np.ndarray for a in arrays):  # fast path, same result
+        return _NUMPY_NS
     try:
         return array_namespace(*arrays)
     except TypeError as exc:
@@ -33,6 +37,8 @@ def namespace(arrays: Sequence[Any]):
 
 def detach(array: Any) -> Any:
     """The value of ``array`` without autograd history (torch); identity otherwise."""
+    if type(array) is np.ndarray:
+        return array
     return array.detach() if is_torch_array(array) else array
 
 

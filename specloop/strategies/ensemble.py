@@ -136,7 +136,7 @@ class HedgeEnsemble:
         losses, base_grads = self._base_feedback(points, params, grads, oracle)
         self.cumulative_loss = self.cumulative_loss + losses
         self.last_losses = losses
-        self._points = [b.step(p, g, l) for b, p, g, l in zip(self.bases, points, base_grads, losses)]
+        self._points = [b._update(p, g) for b, p, g in zip(self.bases, points, base_grads)]
         self.t += 1
         return A.weighted_sum(self._points, self.weights)
 

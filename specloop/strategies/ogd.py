@@ -73,6 +73,10 @@ class OGD:
         """One OGD update; returns w_{t+1} (new arrays). See module docstring."""
         A.check_pair(params, grads)
         A.check_loss(loss, required=False)
+        return self._update(params, grads)
+
+    def _update(self, params: Sequence[Any], grads: Sequence[Any]) -> list[Any]:
+        """The update without input validation (callers have validated)."""
         self.t += 1
         return A.project_ball(A.add_scaled(params, grads, -self.lr), self.radius)
 
@@ -136,6 +140,10 @@ class OptimisticOGD:
         """Eq. (3): returns the next played point w_{t+1} (new arrays)."""
         A.check_pair(params, grads)
         A.check_loss(loss, required=False)
+        return self._update(params, grads)
+
+    def _update(self, params: Sequence[Any], grads: Sequence[Any]) -> list[Any]:
+        """Eq. (3) without input validation (callers have validated)."""
         w_hat = A.copy_list(params) if self._w_hat is None else A.from_numpy_or_same(self._w_hat, params)
         hint = None if self._hint is None else A.from_numpy_or_same(self._hint, params)
         eta_t = self._eta()
