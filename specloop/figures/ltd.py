@@ -1,0 +1,193 @@
+"""Figure (e): Learning To Draft (LTD, ICLR 2026) in the simulator — the
+distributions of the draft depth D and the verification size V chosen by the
+co-trained PPO policies (against the grid-searched best static tree), and the
+ablation bars: tokens/s relative to the best static tree for LTD, depth-only,
+size-only, the independent (not co-trained) pair and the reward ablation.
+
+The numbers come from ``specloop ltd eval --env sim --json`` (issue 8), run
+in-process. It needs trained policies: the saved ``ltd-sim`` policy when there is
+one (``specloop ltd train --env sim``); otherwise this figure trains a small set
+itself with ``specloop ltd train`` under its own name (PPO with LTD's settings,
+fewer steps: the quick preset takes a few minutes on 2 cores).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure, require,
+                                    save_figure, sizes, write_csv, write_json)
+
+__all__ = ["main", "SIZES", "LTD_TARGET_GAIN"]
+
+NAME = "ltd"
+LTD_TARGET_GAIN = 1.05  # issue 8 / LTD: >= +5 % tokens/s over the best static tree
+SAVED_POLICY = "ltd-sim"
+
+SIZES = {
+    "full": {"train_steps": None, "episodes": 48, "own_name": "specloop-figures-full",
+             "reward_ablation": True},
+    "quick": {"train_steps": 2048, "episodes": 16, "own_name": "specloop-figures-quick",
+              "reward_ablation": False},
+    "tiny": {"train_steps": 256, "episodes": 4, "own_name": "specloop-figures-tiny",
+             "reward_ablation": False},
+}
+
+
+def _cli(argv: list[str]) -> str:
+    """Run a ``specloop`` command in-process; returns its stdout.
+
+    Raises:
+        RuntimeError: non-zero exit status.
+    """
+    from specloop.cli import main as cli_main
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        code = cli_main(argv)
+    if code != 0:
+        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
+    return buffer.getvalue()
+
+
+def _policy_name(cfg: dict, out: Path) -> str:
+    """The saved ``ltd-sim`` policy (full scale) or one trained here."""
+    ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
+    require("specloop.cli.ltd_cmd", "register", why="the `specloop ltd` command (issue 8)")
+    if cfg["train_steps"] is None:
+        try:
+            ltd.load_policy(SAVED_POLICY)
+            return SAVED_POLICY
+        except FileNotFoundError:
+            pass
+    name = cfg["own_name"]
+    try:
+        ltd.load_policy(name)
+        ltd.load_policy(f"{name}-independent")
+        return name
+    except FileNotFoundError:
+        pass
+    argv = ["ltd", "train", "--env", "sim", "--name", name, "--out", str(out / "train")]
+    if cfg["reward_ablation"]:
+        argv.append("--reward-ablation")
+    if cfg["train_steps"] is not None:
+        steps = str(cfg["train_steps"])
+        argv += ["--depth-steps", steps, "--size-steps", steps, "--rounds", "1",
+                 "--co-depth-steps", steps, "--co-size-steps", steps]
+    _cli(argv)
+    return name
+
+
+def _evaluate(name: str, cfg: dict, out: Path) -> dict:
+    text = _cli(["ltd", "eval", "--env", "sim", "--policy", name, "--episodes",
+                 str(cfg["episodes"]), "--json", "--out", str(out / "eval")])
+    start = text.find("{")
+    if start < 0:
+        raise RuntimeError("`specloop ltd eval --json` printed no JSON")
+    return json.loads(text[start:])
+
+
+def _decisions(out: Path) -> list[dict]:
+    path = out / "eval" / "ltd_decisions_sim.csv"
+    if not path.exists():
+        raise FigureUnavailable(f"{path} was not written by `specloop ltd eval`")
+    import csv
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def _claims(result: dict) -> list[dict]:
+    rows = {r["config"]: r for r in result["rows"]}
+    ltd = rows.get("LTD (co-trained)")
+    claims = []
+    if ltd is not None:
+        claims.append({
+            "claim": "ltd_beats_best_static_sim",
+            "statement": f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s "
+                         "of the best grid-searched static tree (simulator, measured costs)",
+            "holds": bool(ltd["speedup_vs_best_static"] >= LTD_TARGET_GAIN),
+            "evidence": f"{ltd['speedup_vs_best_static']:.3f}x best static "
+                        f"(D={result['best_static']['depth']}, V={result['best_static']['verify_size']})"})
+        ind = rows.get("independent (not co-trained)")
+        if ind is not None:
+            claims.append({
+                "claim": "ltd_cotraining_helps_sim",
+                "statement": "LTD: alternating co-training beats the independently trained pair",
+                "holds": bool(ltd["tokens_per_s"] >= ind["tokens_per_s"]),
+                "evidence": f"co-trained {ltd['tokens_per_s']:.2f} vs independent "
+                            f"{ind['tokens_per_s']:.2f} tokens/s (simulated)"})
+    return claims
+
+
+def _discrete_bars(ax, values: dict[str, list[int]]) -> None:
+    """Side-by-side bars of the fraction of cycles at each integer value, per label."""
+    support = sorted({v for vals in values.values() for v in vals})
+    if not support:
+        return
+    x = np.arange(len(support))
+    width = 0.8 / max(1, len(values))
+    for i, (label, vals) in enumerate(values.items()):
+        counts = np.array([vals.count(v) for v in support], dtype=float)
+        ax.bar(x + i * width, counts / max(1, len(vals)), width=width, color=f"C{i}", label=label)
+    step = max(1, len(support) // 12)
+    ax.set_xticks(x[::step] + 0.4 - width / 2, [str(v) for v in support[::step]], fontsize=7)
+
+
+def _plot(result: dict, decisions: list[dict], out: Path) -> list[Path]:
+    fig, axes = new_figure(ncols=3, width=4.6, height=3.9)
+    labels = [r["config"] for r in result["rows"]]
+    show = [l for l in labels if l.startswith("LTD") or l.startswith("static")]
+    for key, ax in (("tree_depth", axes[0]), ("verify_size", axes[1])):
+        _discrete_bars(ax, {label: [int(d[key]) for d in decisions if d["config"] == label]
+                            for label in show})
+    axes[0].set(xlabel="draft depth D (tokens)", ylabel="fraction of cycles",
+                title="depth distribution")
+    axes[1].set(xlabel="verification size V (tokens)", ylabel="fraction of cycles",
+                title="verification-size distribution")
+    for ax in axes[:2]:
+        ax.legend(fontsize=7)
+    gains = [r["speedup_vs_best_static"] for r in result["rows"]]
+    y = np.arange(len(labels))
+    axes[2].barh(y, gains, color=["C0" if l.startswith("LTD") else "C7" for l in labels])
+    axes[2].axvline(1.0, color="k", lw=0.8)
+    axes[2].axvline(LTD_TARGET_GAIN, color="C3", lw=0.8, ls=":")
+    axes[2].set_yticks(y, labels, fontsize=7)
+    axes[2].invert_yaxis()
+    lo = min(gains + [1.0])
+    axes[2].set(xlim=(max(0.0, lo - 0.1), max(gains + [LTD_TARGET_GAIN]) + 0.05),
+                xlabel="tokens/s / best static tree", title="ablations (simulator)")
+    return save_figure(fig, out, NAME)
+
+
+def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
+    """Train (if needed) and evaluate LTD in the simulator; save and plot figure (e).
+
+    Raises:
+        FigureUnavailable: `specloop.strategies.ltd` or `specloop ltd` is missing.
+    """
+    cfg = sizes(SIZES, quick)
+    out = Path(out_dir)
+    name = _policy_name(cfg, out)
+    result = _evaluate(name, cfg, out)
+    write_json(out / "ltd_eval_sim.json", result)
+    decisions = _decisions(out)
+    cols = ("config", "mean_accepted_length", "tokens_per_s", "speedup_vs_best_static",
+            "mean_depth", "mean_verify_size")
+    table = [{c: r.get(c) for c in cols} for r in result["rows"]]
+    data = [write_csv(out / f"{NAME}_rows.csv", table), out / "eval" / "ltd_decisions_sim.csv"]
+    images = _plot(result, decisions, out)
+    overhead = result.get("policy_overhead", {}).get("overhead_fraction")
+    return FigureResult(
+        name=NAME, title="LTD: depth / verification-size distributions and ablations (simulator)",
+        data_paths=data, image_paths=images, claims=_claims(result), table=table,
+        numbers={"policy": name, "episodes": cfg["episodes"],
+                 "best_static_depth": result["best_static"]["depth"],
+                 "best_static_verify_size": result["best_static"]["verify_size"],
+                 "policy_overhead_fraction": overhead},
+        notes=[f"Policies: {name} ({'saved by specloop ltd train' if name == SAVED_POLICY else 'trained by this figure with specloop ltd train'}).",
+               f"Cost source of the simulated tree world: {result.get('cost_source', 'unknown')}.",
+               "Real-decoder LTD rows (transfer, fine-tuning) come from `specloop ltd eval --env real`; "
+               "not run here."])
