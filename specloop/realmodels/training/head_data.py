@@ -118,3 +118,133 @@ def top1_agreement(logits: torch.Tensor, draft_to_target: torch.Tensor, topk_ids
     the draft's argmax (mapped to target ids) equals the target's top-1 id."""
     pred = draft_to_target[logits.argmax(-1)]
     return (pred == topk_ids[..., 0]).float().mean(0)
+
+
+def open_training_parts(config, loaded=None, progress: bool = True):
+    """The feature-cache parts a `TrainConfig` trains on: ``[train (+ chat)]`` and
+    ``val`` under ``config.feature_root`` (default `features_root(config.target)`),
+    building the cache with `build_feature_cache` when it does not exist.
+
+    Returns:
+        (train_parts list, val_part).
+    """
+    from pathlib import Path
+
+    from specloop.realmodels.training.features import build_feature_cache, features_root, open_part
+    root = Path(config.feature_root) if config.feature_root else features_root(config.target)
+    try:
+        train, val = [open_part(root / "train")], open_part(root / "val")
+    except FileNotFoundError:
+        if loaded is None:
+            from specloop.realmodels.loading import load_model
+            loaded = load_model(config.target, dtype=config.dtype)
+        built = build_feature_cache(loaded, config.target, total_tokens=config.tokens, root=root,
+                                    progress=progress, parts=("val", "train"))
+        train, val = [built["train"]], built["val"]
+    chat = root / "chat" / "meta.json"
+    if chat.is_file() and open_part(chat.parent).n_done:
+        train.append(open_part(chat.parent))
+    return train, val
+
+
+def reduced_vocab_for(config, train_parts, val_part, target_config):
+    """EAGLE-3 / FR-Spec reduced vocabulary, chosen exactly as the EAGLE trainer does
+    (`specloop.realmodels.training.train_eagle.choose_vocab_size`: smallest multiple
+    of 256 covering 95 % of the held-out top-1, capped at 8192; EOS always in), so
+    every trained kind of one target shares the recipe.
+
+    Returns:
+        (`ReducedVocab`, held-out top-1 ids array).
+    """
+    from specloop.realmodels.heads.common import build_reduced_vocab
+    from specloop.realmodels.training.train_eagle import choose_vocab_size
+    from specloop.realmodels.training.trainer import vocab_counts
+    counts = vocab_counts(train_parts, int(target_config.vocab_size))
+    val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
+    size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
+    eos = getattr(target_config, "eos_token_id", None)
+    return build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ()), val_top1
+
+
+def loaded_target(config, loaded=None):
+    """The target `LoadedModel` (float32 weights are what the heads copy)."""
+    if loaded is not None:
+        return loaded
+    from specloop.realmodels.loading import load_model
+    return load_model(config.target, dtype="float32")
+
+
+def save_trained(module: torch.nn.Module, report: dict, config, kind: str) -> dict:
+    """Save ``module.state_dict()`` + ``report`` with `common.save_draft`; returns the
+    report with ``path``."""
+    from pathlib import Path
+
+    from specloop.realmodels.heads.common import save_draft
+    folder = save_draft(module.state_dict(), report, config.target, kind,
+                        Path(config.out_dir) if config.out_dir else None)
+    return {**report, "path": str(folder)}
+
+
+def loop_config_for(config, batch_size: int, quick_eval_every: int = 0):
+    """`LoopConfig` from a `TrainConfig` (``batch_size`` in the trainer's own unit)."""
+    from specloop.realmodels.training.head_loop import LoopConfig
+    steps = int(config.steps)
+    return LoopConfig(steps=steps, batch_size=int(batch_size), lr=float(config.lr),
+                      weight_decay=float(config.weight_decay), warmup=min(100, steps // 10 + 1),
+                      max_seconds=config.time_limit_s,
+                      eval_every=quick_eval_every or max(50, steps // 10),
+                      checkpoint_every=0 if config.quick else 50, seed=int(config.seed))
+
+
+def train_registered(config, kind: str, loaded, progress: bool, build, train_fn, loss_cfg) -> dict:
+    """The common body of ``specloop draft train --kind medusa|hydra|small-lm``.
+
+    Args:
+        config: the `TrainConfig`.
+        kind: draft kind (folder name).
+        loaded: target `LoadedModel` or None.
+        build: ``build(model, d2t) -> (module, batch_size)``.
+        train_fn: ``train_fn(module, train_parts, val_part, loop, loss_cfg, checkpoint=,
+            signature=, progress=) -> report``.
+        loss_cfg: the kind's loss config (dataclass with ``to_dict``).
+
+    Returns:
+        The report saved in ``draft.json`` (``heldout_top1`` = head 1 / next-token
+        top-1 agreement on the held-out slice, ``train_seconds``, ``positions_seen``,
+        ``cached_positions``, ``draft_vocab_size``, ``architecture``, ``path``).
+    """
+    import json
+    from pathlib import Path
+
+    from specloop.realmodels.heads.common import draft_dir
+    torch.manual_seed(config.seed)
+    loaded = loaded_target(config, loaded)
+    train_parts, val_part = open_training_parts(config, loaded, progress)
+    vocab, val_top1 = reduced_vocab_for(config, train_parts, val_part, loaded.model.config)
+    module, batch_size = build(loaded.model, vocab.d2t)
+    loop = loop_config_for(config, batch_size)
+    folder = Path(config.out_dir) if config.out_dir else draft_dir(config.target, kind)
+    signature = json.dumps([config.to_dict(), module.config.to_dict(), loss_cfg.to_dict()], sort_keys=True,
+                           default=str)
+    raw = train_fn(module, train_parts, val_part, loop, loss_cfg, checkpoint=folder / "checkpoint.pt",
+                   signature=signature, progress=progress)
+    final = raw["final"]
+    per_step = [v for k, v in final.items() if k.startswith("top1_head")] or [final.get("top1")]
+    report = {
+        "architecture": module.config.to_dict(),
+        "train_config": config.to_dict(),
+        "loss_config": loss_cfg.to_dict(),
+        "heldout_top1": per_step[0],
+        "heldout_top1_per_step": per_step,
+        "heldout": final,
+        "history": raw["history"],
+        "optimizer_steps": raw["steps"],
+        "positions_seen": int(raw.get("train_positions", raw["positions"])),
+        "cached_positions": int(raw["train_tokens_available"]),
+        "train_seconds": float(raw["seconds"]),
+        "draft_vocab_size": vocab.size,
+        "vocab_coverage_heldout_top1": vocab.coverage(val_top1),
+    }
+    out = save_trained(module, report, config, kind)
+    (folder / "checkpoint.pt").unlink(missing_ok=True)   # only needed to resume an interrupted run
+    return out

@@ -63,16 +63,18 @@ def _lr_at(step: int, cfg: LoopConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
-def _save_checkpoint(path: Path, model, opt, step: int, history: list, seconds: float, rng) -> None:
+def _save_checkpoint(path: Path, model, opt, step: int, history: list, seconds: float, rng,
+                     signature: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step, "history": history,
-                "seconds": seconds, "rng": rng.bit_generator.state}, tmp)
+                "seconds": seconds, "rng": rng.bit_generator.state, "signature": signature}, tmp)
     os.replace(tmp, path)
 
 
 def run_loop(model: torch.nn.Module, loss_fn: Callable[[np.random.Generator], tuple[torch.Tensor, dict]],
              eval_fn: Callable[[], dict], cfg: LoopConfig, *, checkpoint: Path | None = None,
-             progress: bool = True, desc: str = "train") -> dict:
+             signature: str = "", progress: bool = True, desc: str = "train") -> dict:
     """Train ``model`` in place.
 
     Args:
@@ -82,6 +84,8 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[np.random.Generator], tu
         eval_fn: ``eval_fn() -> dict`` of held-out metrics (called under no_grad).
         cfg: `LoopConfig`.
         checkpoint: a file to resume from / write to (None = no checkpoint).
+        signature: identifies the run (configs, data); a checkpoint with another
+            signature is ignored and overwritten.
 
     Returns:
         dict with ``steps`` (done), ``seconds`` (training wall time, s),
@@ -94,8 +98,8 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[np.random.Generator], tu
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.95))
     step, history, spent = 0, [], 0.0
-    if checkpoint is not None and checkpoint.is_file():
-        state = torch.load(checkpoint, weights_only=False)
+    state = torch.load(checkpoint, weights_only=False) if checkpoint is not None and checkpoint.is_file() else None
+    if state is not None and state.get("signature") == signature:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step, history, spent = state["step"], state["history"], state["seconds"]
@@ -120,12 +124,12 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[np.random.Generator], tu
             history.append(_evaluate(model, eval_fn, step))
             bar.write(f"[{desc}] step {step}: {history[-1]}")
         if checkpoint is not None and cfg.checkpoint_every and step % cfg.checkpoint_every == 0:
-            _save_checkpoint(checkpoint, model, opt, step, history, time.perf_counter() - t0, rng)
+            _save_checkpoint(checkpoint, model, opt, step, history, time.perf_counter() - t0, rng, signature)
     bar.close()
     seconds = time.perf_counter() - t0
     history.append(_evaluate(model, eval_fn, step))
     if checkpoint is not None:
-        _save_checkpoint(checkpoint, model, opt, step, history, seconds, rng)
+        _save_checkpoint(checkpoint, model, opt, step, history, seconds, rng, signature)
     model.eval()
     return {"steps": step, "seconds": seconds, "positions": step * cfg.batch_size,
             "history": history, "final": history[-1]}

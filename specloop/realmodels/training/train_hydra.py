@@ -47,23 +47,42 @@ class HydraTrainConfig:
 
 
 class PartSampler:
-    """Draws `HeadBatch`es from a growing `FeaturePart` (re-reads ``n_done`` every
-    ``refresh`` draws, so training can start while extraction still runs)."""
+    """Draws `HeadBatch`es from growing `FeaturePart`s, each anchor's part chosen in
+    proportion to its finished chunks (``n_done`` is re-read every ``refresh`` draws,
+    so training can start while extraction still runs)."""
 
-    def __init__(self, part, horizon: int, batch_size: int, refresh: int = 50) -> None:
-        self.part, self.horizon, self.batch_size, self.refresh = part, horizon, batch_size, refresh
-        self.length = int(part.meta["chunk_len"])
-        self.n_chunks = part.n_done
+    def __init__(self, parts, horizon: int, batch_size: int, refresh: int = 50) -> None:
+        self.parts = list(parts) if isinstance(parts, (list, tuple)) else [parts]
+        self.horizon, self.batch_size, self.refresh = horizon, batch_size, refresh
+        self.length = int(self.parts[0].meta["chunk_len"])
+        self.done = [p.n_done for p in self.parts]
         self.draws = 0
-        self.max_chunks_seen = self.n_chunks
+        self.max_tokens_seen = self.tokens_available
+
+    @property
+    def tokens_available(self) -> int:
+        """Tokens in the finished chunks of all parts."""
+        return sum(d * int(p.meta["chunk_len"]) for d, p in zip(self.done, self.parts))
 
     def __call__(self, rng: np.random.Generator) -> HeadBatch:
         self.draws += 1
         if self.draws % self.refresh == 0:
-            self.n_chunks = self.part.n_done
-            self.max_chunks_seen = max(self.max_chunks_seen, self.n_chunks)
-        chunks, offsets = sample_anchors(self.n_chunks, self.length, self.horizon, self.batch_size, rng)
-        return gather_head_batch(self.part, chunks, offsets, self.horizon)
+            self.done = [p.n_done for p in self.parts]
+            self.max_tokens_seen = max(self.max_tokens_seen, self.tokens_available)
+        weights = np.asarray(self.done, dtype=np.float64)
+        if weights.sum() == 0:
+            raise ValueError("the feature cache has no finished chunk yet")
+        which = rng.choice(len(self.parts), size=self.batch_size, p=weights / weights.sum())
+        batches = []
+        for j in np.unique(which):
+            part = self.parts[j]
+            chunks, offsets = sample_anchors(self.done[j], int(part.meta["chunk_len"]), self.horizon,
+                                             int((which == j).sum()), rng)
+            batches.append(gather_head_batch(part, chunks, offsets, self.horizon))
+        if len(batches) == 1:
+            return batches[0]
+        return HeadBatch(*(torch.cat([getattr(b, f) for b in batches]) for f in
+                           ("h", "tokens", "target_hidden", "topk_ids", "topk_probs")))
 
 
 def fixed_eval_batch(part, horizon: int, positions: int, seed: int = 1234) -> HeadBatch:
@@ -104,7 +123,7 @@ def evaluate_heads(logits: torch.Tensor, draft_to_target: torch.Tensor, batch: H
 
 
 def train_hydra_heads(heads: HydraHeads, train_part, val_part, loop: LoopConfig,
-                      cfg: HydraTrainConfig = HydraTrainConfig(), *, checkpoint=None,
+                      cfg: HydraTrainConfig = HydraTrainConfig(), *, checkpoint=None, signature: str = "",
                       progress: bool = True) -> dict:
     """Train ``heads`` in place on a feature cache.
 
@@ -132,8 +151,40 @@ def train_hydra_heads(heads: HydraHeads, train_part, val_part, loop: LoopConfig,
         _, logits = heads.unroll(val.h, val.tokens)
         return evaluate_heads(logits, heads.lm_head.draft_to_target, val)
 
-    report = run_loop(heads, loss_fn, eval_fn, loop, checkpoint=checkpoint, progress=progress, desc="hydra")
-    report["train_tokens_available"] = sampler.max_chunks_seen * sampler.length
+    report = run_loop(heads, loss_fn, eval_fn, loop, checkpoint=checkpoint, signature=signature, progress=progress, desc="hydra")
+    report["train_tokens_available"] = sampler.max_tokens_seen
     report["loop_config"] = loop.to_dict()
     report["loss_config"] = cfg.to_dict()
     return report
+
+
+#: Hydra heads trained by ``specloop draft train --kind hydra`` (draft depth K).
+HYDRA_HEADS = 5
+
+
+def train_hydra(config, *, loaded=None, progress: bool = True) -> dict:
+    """``specloop draft train --kind hydra``: K = max(5, ttt_steps) heads, anchors per
+    step = batch_size x (window - 1) (the EAGLE trainer's positions per step).
+
+    Returns:
+        The saved report (see `head_data.train_registered`).
+    """
+    from specloop.realmodels.heads.hydra import build_hydra
+    from specloop.realmodels.training.head_data import train_registered
+    if config.kind != "hydra":
+        raise ValueError(f"train_hydra trains kind 'hydra', got {config.kind!r}")
+
+    def build(model, d2t):
+        heads = build_hydra(model, d2t, num_heads=max(HYDRA_HEADS, config.ttt_steps))
+        return heads, config.batch_size * (config.window - 1)
+
+    loss_cfg = HydraTrainConfig(eval_positions=512 if config.quick else 4096)
+    return train_registered(config, "hydra", loaded, progress, build, train_hydra_heads, loss_cfg)
+
+
+def _register() -> None:
+    from specloop.realmodels.training.trainer import register_trainer
+    register_trainer("hydra", train_hydra)
+
+
+_register()

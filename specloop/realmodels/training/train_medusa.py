@@ -44,7 +44,7 @@ def medusa_loss(heads: MedusaHeads, batch: HeadBatch, cfg: MedusaTrainConfig) ->
 
 
 def train_medusa_heads(heads: MedusaHeads, train_part, val_part, loop: LoopConfig,
-                       cfg: MedusaTrainConfig = MedusaTrainConfig(), *, checkpoint=None,
+                       cfg: MedusaTrainConfig = MedusaTrainConfig(), *, checkpoint=None, signature: str = "",
                        progress: bool = True) -> dict:
     """Train ``heads`` in place; same arguments and report as
     `specloop.realmodels.training.train_hydra.train_hydra_heads`."""
@@ -58,8 +58,40 @@ def train_medusa_heads(heads: MedusaHeads, train_part, val_part, loop: LoopConfi
     def eval_fn():
         return evaluate_heads(heads(val.h), heads.lm_head.draft_to_target, val)
 
-    report = run_loop(heads, loss_fn, eval_fn, loop, checkpoint=checkpoint, progress=progress, desc="medusa")
-    report["train_tokens_available"] = sampler.max_chunks_seen * sampler.length
+    report = run_loop(heads, loss_fn, eval_fn, loop, checkpoint=checkpoint, signature=signature, progress=progress, desc="medusa")
+    report["train_tokens_available"] = sampler.max_tokens_seen
     report["loop_config"] = loop.to_dict()
     report["loss_config"] = cfg.to_dict()
     return report
+
+
+#: Medusa heads trained by ``specloop draft train --kind medusa`` (Medusa uses 5).
+MEDUSA_HEADS = 5
+
+
+def train_medusa(config, *, loaded=None, progress: bool = True) -> dict:
+    """``specloop draft train --kind medusa``: K = max(5, ttt_steps) heads, anchors
+    per step = batch_size x (window - 1).
+
+    Returns:
+        The saved report (see `head_data.train_registered`).
+    """
+    from specloop.realmodels.heads.medusa import build_medusa
+    from specloop.realmodels.training.head_data import train_registered
+    if config.kind != "medusa":
+        raise ValueError(f"train_medusa trains kind 'medusa', got {config.kind!r}")
+
+    def build(model, d2t):
+        heads = build_medusa(model, d2t, num_heads=max(MEDUSA_HEADS, config.ttt_steps))
+        return heads, config.batch_size * (config.window - 1)
+
+    loss_cfg = MedusaTrainConfig(eval_positions=512 if config.quick else 4096)
+    return train_registered(config, "medusa", loaded, progress, build, train_medusa_heads, loss_cfg)
+
+
+def _register() -> None:
+    from specloop.realmodels.training.trainer import register_trainer
+    register_trainer("medusa", train_medusa)
+
+
+_register()

@@ -54,7 +54,7 @@ def small_lm_loss(draft: SmallLMDraft, tokens: torch.Tensor, topk_ids: torch.Ten
 
 
 def train_small_lm_draft(draft: SmallLMDraft, train_part, val_part, loop: LoopConfig,
-                         cfg: SmallLMTrainConfig = SmallLMTrainConfig(), *, checkpoint=None,
+                         cfg: SmallLMTrainConfig = SmallLMTrainConfig(), *, checkpoint=None, signature: str = "",
                          progress: bool = True) -> dict:
     """Train ``draft`` in place (``loop.batch_size`` windows of ``cfg.window``
     tokens per step).
@@ -66,23 +66,58 @@ def train_small_lm_draft(draft: SmallLMDraft, train_part, val_part, loop: LoopCo
     Raises:
         ValueError: empty cache parts, a window longer than a chunk.
     """
-    state = {"n": train_part.n_done, "seen": train_part.n_done, "draws": 0}
+    parts = list(train_part) if isinstance(train_part, (list, tuple)) else [train_part]
+    state = {"done": [p.n_done for p in parts], "draws": 0}
+    state["seen"] = sum(state["done"])
     val = _windows(val_part, val_part.n_done, cfg.window, cfg.eval_windows, np.random.default_rng(1234))
 
     def loss_fn(rng):
         state["draws"] += 1
         if state["draws"] % 50 == 0:
-            state["n"] = train_part.n_done
-            state["seen"] = max(state["seen"], state["n"])
-        return small_lm_loss(draft, *_windows(train_part, state["n"], cfg.window, loop.batch_size, rng))
+            state["done"] = [p.n_done for p in parts]
+            state["seen"] = max(state["seen"], sum(state["done"]))
+        weights = np.asarray(state["done"], dtype=np.float64)
+        j = int(rng.choice(len(parts), p=weights / weights.sum())) if weights.sum() > 0 else 0
+        return small_lm_loss(draft, *_windows(parts[j], state["done"][j], cfg.window, loop.batch_size, rng))
 
     def eval_fn():
         loss, metrics = small_lm_loss(draft, *val)
         return {"top1": round(metrics["top1"], 4), "loss": round(float(loss), 4)}
 
-    report = run_loop(draft, loss_fn, eval_fn, loop, checkpoint=checkpoint, progress=progress, desc="small-lm")
+    report = run_loop(draft, loss_fn, eval_fn, loop, checkpoint=checkpoint, signature=signature, progress=progress, desc="small-lm")
     report["train_positions"] = report["positions"] * cfg.window
-    report["train_tokens_available"] = state["seen"] * int(train_part.meta["chunk_len"])
+    report["train_tokens_available"] = state["seen"] * int(parts[0].meta["chunk_len"])
     report["loop_config"] = loop.to_dict()
     report["loss_config"] = cfg.to_dict()
     return report
+
+
+#: Decoder layers of the distilled small LM (of the target's 30 for SmolLM2-135M).
+SMALL_LM_LAYERS = 4
+
+
+def train_small_lm(config, *, loaded=None, progress: bool = True) -> dict:
+    """``specloop draft train --kind small-lm``: a `SMALL_LM_LAYERS`-layer draft
+    initialised from the target, ``batch_size`` windows of ``window`` tokens per step.
+
+    Returns:
+        The saved report (see `head_data.train_registered`).
+    """
+    from specloop.realmodels.training.head_data import train_registered
+    if config.kind != "small-lm":
+        raise ValueError(f"train_small_lm trains kind 'small-lm', got {config.kind!r}")
+
+    def build(model, d2t):
+        layers = min(SMALL_LM_LAYERS, int(model.config.num_hidden_layers))
+        return SmallLMDraft.from_target(model, d2t, num_layers=layers), config.batch_size
+
+    loss_cfg = SmallLMTrainConfig(window=config.window, eval_windows=4 if config.quick else 32)
+    return train_registered(config, "small-lm", loaded, progress, build, train_small_lm_draft, loss_cfg)
+
+
+def _register() -> None:
+    from specloop.realmodels.training.trainer import register_trainer
+    register_trainer("small-lm", train_small_lm)
+
+
+_register()
