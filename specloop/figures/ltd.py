@@ -5,10 +5,10 @@ ablation bars: tokens/s relative to the best static tree for LTD, depth-only,
 size-only, the independent (not co-trained) pair and the reward ablation.
 
 The numbers come from ``specloop ltd eval --env sim --json`` (issue 8), run
-in-process. It needs trained policies: the saved ``ltd-sim`` policy when there is
-one (``specloop ltd train --env sim``); otherwise this figure trains a small set
-itself with ``specloop ltd train`` under its own name (PPO with LTD's settings,
-fewer steps: the quick preset takes a few minutes on 2 cores).
+in-process. It needs trained policies: the saved or shipped ``ltd-sim`` policy when
+there is one (``specloop ltd train --env sim``); otherwise this figure trains a set
+itself with ``specloop ltd train`` into its output folder (PPO with LTD's settings;
+the quick preset uses fewer steps and takes a few minutes on 2 cores).
 """
 from __future__ import annotations
 
@@ -54,16 +54,16 @@ def _cli(argv: list[str]) -> str:
 
 
 def _policy_name(cfg: dict, out: Path) -> str:
-    """The saved ``ltd-sim`` policy (full scale) or one trained here."""
+    """The saved (or shipped) ``ltd-sim`` policy when there is one; otherwise a small
+    set trained here with ``specloop ltd train``, saved under ``out/policies/``."""
     ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
     require("specloop.cli.ltd_cmd", "register", why="the `specloop ltd` command (issue 8)")
-    if cfg["train_steps"] is None:
-        try:
-            ltd.load_policy(SAVED_POLICY)
-            return SAVED_POLICY
-        except FileNotFoundError:
-            pass
-    name = cfg["own_name"]
+    try:
+        ltd.load_policy(SAVED_POLICY)
+        return SAVED_POLICY
+    except FileNotFoundError:
+        pass
+    name = str(out.resolve() / "policies" / cfg["own_name"])   # a path: kept with the part
     try:
         ltd.load_policy(name)
         ltd.load_policy(f"{name}-independent")
@@ -183,11 +183,11 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     return FigureResult(
         name=NAME, title="LTD: depth / verification-size distributions and ablations (simulator)",
         data_paths=data, image_paths=images, claims=_claims(result), table=table,
-        numbers={"policy": name, "episodes": cfg["episodes"],
+        numbers={"policy": Path(name).name, "episodes": cfg["episodes"],
                  "best_static_depth": result["best_static"]["depth"],
                  "best_static_verify_size": result["best_static"]["verify_size"],
                  "policy_overhead_fraction": overhead},
-        notes=[f"Policies: {name} ({'saved by specloop ltd train' if name == SAVED_POLICY else 'trained by this figure with specloop ltd train'}).",
+        notes=[f"Policies: {Path(name).name} ({'saved / shipped ltd-sim' if name == SAVED_POLICY else 'trained by this figure with specloop ltd train'}).",
                f"Cost source of the simulated tree world: {result.get('cost_source', 'unknown')}.",
                "Real-decoder LTD rows (transfer, fine-tuning) come from `specloop ltd eval --env real`; "
                "not run here."])
