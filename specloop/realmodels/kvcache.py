@@ -1,0 +1,88 @@
+"""KV-cache surgery for speculative decoding: keep only the accepted path.
+
+Works on transformers' ``DynamicCache`` (per-layer ``keys`` / ``values`` of shape
+(batch, heads, seq, head_dim)). After a tree verification the cache holds the
+prefix, the pending token and *every* drafted node; `keep_positions` retains the
+prefix, the pending token and the accepted nodes in sequence order, so the cache
+equals the one produced by feeding the committed tokens one at a time (tested).
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["cache_length", "crop", "keep_positions", "cache_tensors", "new_cache"]
+
+
+def new_cache():
+    """An empty full-attention ``DynamicCache`` (no sliding-window layers)."""
+    from transformers import DynamicCache
+    return DynamicCache()
+
+
+def cache_length(cache) -> int:
+    """Tokens in the cache (0 for None / empty)."""
+    return 0 if cache is None else int(cache.get_seq_length())
+
+
+def crop(cache, length: int) -> None:
+    """Keep the first ``length`` positions (in place). Raises ValueError if
+    ``length`` is negative or longer than the cache."""
+    current = cache_length(cache)
+    if not 0 <= length <= current:
+        raise ValueError(f"cannot crop a cache of {current} tokens to {length}")
+    if length < current:
+        cache.crop(length - current)  # transformers 5: a negative count removes tokens
+
+
+def keep_positions(cache, keep: torch.Tensor) -> None:
+    """Keep the cache positions listed in ``keep`` (int64 (m,), increasing), in place.
+
+    A contiguous prefix ``0..m-1`` is a plain crop (no copy)."""
+    m = int(keep.shape[0])
+    if m == 0:
+        raise ValueError("keep_positions: nothing to keep")
+    if int(keep[-1]) == m - 1:
+        crop(cache, m)
+        return
+    for layer in cache.layers:
+        idx = keep.to(layer.keys.device)
+        layer.keys = layer.keys.index_select(-2, idx)
+        layer.values = layer.values.index_select(-2, idx)
+
+
+def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer, for tests and debugging."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _cache_kwarg(model) -> str:
+    """transformers >= 5.2x names the cache argument ``cache``; older ``past_key_values``."""
+    import inspect
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def model_forward(model, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                  output_hidden_states: bool = False):
+    """One forward of a causal LM over ``input_ids`` (int64 (n,)) on top of
+    ``cache`` with a float 4D additive ``mask`` (1, 1, n, cache_len + n) and
+    ``positions`` (1, n); returns the transformers output (inference mode)."""
+    device = next(model.parameters()).device
+    kwargs = {_cache_kwarg(model): cache}
+    with torch.inference_mode():
+        return model(input_ids=input_ids.reshape(1, -1).to(device), attention_mask=mask,
+                     position_ids=positions.to(device), use_cache=True,
+                     output_hidden_states=output_hidden_states, **kwargs)
+
+
+def causal_forward(model, cache, input_ids: torch.Tensor, output_hidden_states: bool = False):
+    """Feed ``input_ids`` (int64 (n,), n >= 1) causally after the cache's tokens."""
+    from specloop.realmodels.tree import additive_mask
+    n = int(input_ids.shape[0])
+    start = cache_length(cache)
+    visible = torch.ones((n, start + n), dtype=torch.bool)
+    visible[:, start:] = torch.ones((n, n), dtype=torch.bool).tril()
+    param = next(model.parameters())
+    mask = additive_mask(visible, param.dtype, param.device)
+    positions = torch.arange(start, start + n)[None]
+    return model_forward(model, cache, input_ids, mask, positions, output_hidden_states)

@@ -1,0 +1,71 @@
+"""Tree attention: the float 4D additive mask and explicit position ids for
+verifying a flattened draft tree in one forward (SpecInfer, Miao et al. 2024,
+Sec. 4 "tree-based parallel decoding"; EAGLE-2 / Medusa tree attention).
+
+The block fed to a model is ``[pending, node_0, ..., node_{n-1}]`` on top of a KV
+cache of ``cache_len`` tokens. Query row 0 (the pending token) sees the cache and
+itself; node i sees the cache, the pending token, its ancestors and itself. The
+mask is *additive float* (0 = visible, the dtype's most negative finite value =
+hidden): transformers passes a 4D float mask through unchanged, whereas a bool
+mask is interpreted differently by eager and SDPA attention (silently wrong).
+Position ids are ``cache_len + depth`` (pending depth 0), so every node is rotated
+as it would be in sequential decoding of its own path.
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["ancestor_matrix", "node_depths", "additive_mask", "verify_block_inputs"]
+
+
+def ancestor_matrix(parents: torch.Tensor) -> torch.Tensor:
+    """bool (n, n): ``out[i, j]`` is True iff node j is node i or one of its
+    ancestors. ``parents``: int64 (n,), -1 for roots, parents[i] < i."""
+    n = int(parents.shape[0])
+    anc = torch.eye(n, dtype=torch.bool)
+    par = parents.tolist()
+    for i, p in enumerate(par):
+        if p >= 0:
+            anc[i] |= anc[p]
+    return anc
+
+
+def node_depths(parents: torch.Tensor) -> torch.Tensor:
+    """int64 (n,): 1 for children of the pending token, parent depth + 1 otherwise."""
+    par = parents.tolist()
+    depth = [0] * len(par)
+    for i, p in enumerate(par):
+        depth[i] = 1 if p < 0 else depth[p] + 1
+    return torch.tensor(depth, dtype=torch.long)
+
+
+def additive_mask(visible: torch.Tensor, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """bool (q, kv) visibility -> float (1, 1, q, kv) additive mask in ``dtype``
+    (0 where visible, ``torch.finfo(dtype).min`` elsewhere)."""
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~visible.to(device), torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def verify_block_inputs(parents: torch.Tensor, cache_len: int, dtype: torch.dtype,
+                        device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mask and position ids for the block ``[pending, nodes...]``.
+
+    Args:
+        parents: int64 (n,) parent indices of the drafted nodes (-1 = child of the
+            pending token).
+        cache_len: tokens already in the KV cache (>= 0).
+        dtype: the model's compute dtype (the mask's dtype).
+        device: the model's device.
+
+    Returns:
+        (mask, position_ids): float (1, 1, n+1, cache_len+n+1) and int64 (1, n+1).
+    """
+    n = int(parents.shape[0])
+    visible = torch.zeros((n + 1, cache_len + n + 1), dtype=torch.bool)
+    visible[:, : cache_len + 1] = True  # the cache and the pending token
+    if n:
+        visible[1:, cache_len + 1:] = ancestor_matrix(parents.cpu())
+    depths = torch.cat([torch.zeros(1, dtype=torch.long), node_depths(parents.cpu())])
+    position_ids = (cache_len + depths)[None].to(device)
+    return additive_mask(visible, dtype, device), position_ids
