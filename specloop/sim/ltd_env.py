@@ -226,10 +226,15 @@ class SimTreeEngine:
         self.world = world
         self.config = world.config
         self.rounds_per_episode = world.options.rounds_per_episode
+        self.max_depth = self.config.max_depth
         self.target_time = world.cost_model.target_time
         self.rounds_done = 0
         self.episode = 0
         self._rng = np.random.default_rng(0)
+
+    @property
+    def episode_done(self) -> bool:
+        return self.rounds_done >= self.rounds_per_episode
 
     def reset(self, rng: np.random.Generator, episode: int = 0) -> None:
         """Start a prompt: regime, prompt length L, round counter; ``episode`` is

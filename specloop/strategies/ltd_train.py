@@ -15,8 +15,8 @@ observation, action and reward serves both halves:
   as in LTD's initial training, or a trained depth policy) drafts the tree;
   observation `size_observation`; action = index into ``config.verify_sizes``.
 
-An episode is ``engine.rounds_per_episode`` cycles (one prompt); it is truncated,
-never terminated.
+An episode is one prompt (until ``engine.episode_done``); it is truncated, never
+terminated.
 """
 from __future__ import annotations
 
@@ -39,14 +39,17 @@ __all__ = ["LTDEngine", "DepthEnv", "SizeEnv", "PPO_SETTINGS", "ppo_kwargs", "tr
 class LTDEngine(Protocol):
     """What the LTD environments drive (one draft-and-verify cycle at a time).
 
-    Attributes: ``config`` (`LTDConfig`), ``rounds_per_episode``, ``target_time``
-    (seconds of one plain target forward: the reward scale), ``rounds_done``.
+    Attributes: ``config`` (`LTDConfig`), ``max_depth`` (the deepest draft step the
+    engine can take, <= config.max_depth), ``target_time`` (seconds of one plain
+    target forward: the reward scale), ``rounds_done``, ``episode_done`` (True
+    once the prompt is finished).
     """
 
     config: LTDConfig
-    rounds_per_episode: int
+    max_depth: int
     target_time: float
     rounds_done: int
+    episode_done: bool
 
     def reset(self, rng: np.random.Generator) -> None: ...
 
@@ -78,7 +81,7 @@ class _EnvBase(gym.Env):
         return cycle_reward(record, self.reward_kind, self.engine.target_time)
 
     def _truncated(self) -> bool:
-        return self.engine.rounds_done >= self.engine.rounds_per_episode
+        return bool(self.engine.episode_done)
 
 
 class DepthEnv(_EnvBase):
@@ -113,7 +116,7 @@ class DepthEnv(_EnvBase):
     def step(self, action):
         if not self.action_space.contains(int(action)):
             raise ValueError(f"depth action must be 0 (stop) or 1 (continue), got {action!r}")
-        if int(action) == CONTINUE and self._step.depth < self.config.max_depth:
+        if int(action) == CONTINUE and self._step.depth < self.engine.max_depth:
             self._step = self.engine.deepen()
             return self._obs(), 0.0, False, False, {}
         cands = self.engine.candidates()
@@ -146,11 +149,11 @@ class SizeEnv(_EnvBase):
     def _draft(self) -> np.ndarray:
         step = self.engine.begin_round()
         if self.depth_chooser is None:
-            target = int(self.np_random.integers(1, self.config.max_depth + 1))
+            target = int(self.np_random.integers(1, self.engine.max_depth + 1))
             while step.depth < target:
                 step = self.engine.deepen()
         else:
-            while step.depth < self.config.max_depth and self.depth_chooser(step):
+            while step.depth < self.engine.max_depth and self.depth_chooser(step):
                 step = self.engine.deepen()
         return size_observation(self.engine.candidates(), self.config)
 

@@ -1,0 +1,159 @@
+"""LTD over the real decoder: the hook-applying drafter, wall-clock accounting and
+the gymnasium environments, on a tiny random Llama (no downloads) with a small
+deterministic EAGLE-2-style tree drafter."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from gymnasium.utils import env_checker
+from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
+
+from specloop.realmodels.decoder import SpeculativeDecoder
+from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
+from specloop.realmodels.ltd_env import (LTDTreeDrafter, RealHarness, make_real_depth_env, make_real_size_env,
+                                         select_subtree)
+from specloop.realmodels.policy import FixedDraftPolicy
+from specloop.record import RoundRecord
+from specloop.strategies.base import DraftPlan, TreePlan
+from specloop.strategies.ltd import LTDConfig, LTDPolicy, cycle_reward
+from tests.realmodels.heads_b_util import VOCAB, tiny_target
+
+CFG = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
+
+
+class BigramTreeDrafter(BaseDrafter):
+    """EAGLE-2 dynamic tree from a fixed bigram table (deterministic, node_probs set)."""
+
+    name = "bigram-tree"
+
+    def __init__(self, seed: int = 0, max_depth: int = 4):
+        g = torch.Generator().manual_seed(seed)
+        self.table = torch.softmax(3 * torch.randn(VOCAB, VOCAB, generator=g, dtype=torch.float64), -1)
+        self.max_depth = max_depth
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        tree = request.plan.tree
+        k, depth = tree.top_k, min(tree.max_depth, request.plan.num_draft_tokens)
+        tokens, parents, probs = [], [], []
+        frontier = [(-1, int(request.ids[-1]), 1.0)]
+        for _ in range(depth):
+            layer = []
+            for node, tok, p in frontier:
+                top_p, top_t = self.table[tok].topk(k)
+                for q, t in zip(top_p.tolist(), top_t.tolist()):
+                    tokens.append(t)
+                    parents.append(node)
+                    probs.append(p * q)
+                    layer.append((len(tokens) - 1, t, p * q))
+            frontier = sorted(layer, key=lambda x: -x[2])[:k]
+        return DraftProposal(torch.tensor(tokens), torch.tensor(parents), None, torch.tensor(probs))
+
+
+@pytest.fixture(scope="module")
+def harness():
+    torch.manual_seed(0)
+    prompts = [torch.randint(3, VOCAB, (n,)) for n in (5, 9, 7)]
+    target = SimpleNamespace(model=tiny_target(), tokenizer=None)     # LoadedModel-like
+    return RealHarness(target, BigramTreeDrafter(), prompts, CFG, max_new_tokens=12)
+
+
+def test_select_subtree_is_closed_and_best():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(1, 30))
+        parents = np.array([-1] + [int(rng.integers(-1, i)) for i in range(1, n)])
+        depths = np.zeros(n, dtype=int)
+        probs = np.zeros(n)
+        for i in range(n):
+            depths[i] = 1 if parents[i] < 0 else depths[parents[i]] + 1
+            probs[i] = rng.random() * (1.0 if parents[i] < 0 else probs[parents[i]])
+        d, v = int(rng.integers(1, 5)), int(rng.integers(1, 10))
+        keep = select_subtree(depths, parents, probs, d, v)
+        assert set(parents[keep][parents[keep] >= 0]) <= set(keep)
+        assert (depths[keep] <= d).all() and len(keep) == min(v, int((depths <= d).sum()))
+
+
+class StopAtTwo(LTDPolicy):
+    """Plans the full depth cap but stops after depth 2 and verifies 4 nodes."""
+
+    def continue_drafting(self, step):
+        return step.depth < 2
+
+    def verify_size(self, candidates):
+        return 4
+
+
+def test_ltd_drafter_cuts_depth_and_size(harness):
+    from specloop.realmodels.sampling import SamplingConfig
+    from specloop.strategies.base import PlanState
+
+    base = BigramTreeDrafter()
+    policy = StopAtTwo(CFG, static_depth=4)
+    drafter = LTDTreeDrafter(base, policy, CFG, harness.layer_costs)
+    ids = torch.tensor([4, 5, 6])
+    prop = drafter.propose(DraftRequest(ids, policy.plan(PlanState(0, 3, None)), 100, SamplingConfig(),
+                                        torch.Generator()))
+    full = base.propose(DraftRequest(ids, DraftPlan(2, TreePlan(top_k=3, max_depth=2)), 100, SamplingConfig(),
+                                     torch.Generator()))
+    assert prop.size == 4 and prop.depth <= 2
+    best = torch.sort(full.node_probs, descending=True).values[:4]     # = a depth-2 draft's best 4 nodes
+    assert torch.allclose(torch.sort(prop.node_probs, descending=True).values, best)
+    depth, size, saved = drafter.last
+    assert (depth, size) == (2, 4) and saved == pytest.approx(harness.layer_costs[4] - harness.layer_costs[2])
+
+
+def test_harness_static_policy_is_lossless_and_accounts_time(harness):
+    trace, depths, sizes = harness.run(LTDPolicy(CFG, static_depth=3, static_verify_size=8))
+    assert len(trace) > 0 and (depths <= 3).all() and (sizes <= 8).all()
+    assert all(r.draft_time >= 0 and r.verify_time > 0 for r in trace)
+    plain = SpeculativeDecoder(harness.target, harness.base, policy=FixedDraftPolicy(0))
+    ltd = SpeculativeDecoder(harness.target, LTDTreeDrafter(harness.base, LTDPolicy(CFG, static_depth=3), CFG),
+                             policy=LTDPolicy(CFG, static_depth=3))
+    for prompt in harness.prompts:
+        assert plain.generate(prompt, 12).new_tokens == ltd.generate(prompt, 12).new_tokens
+    assert np.all(np.diff(harness.layer_costs) >= 0) and harness.target_time > 0
+
+
+@pytest.mark.parametrize("factory", [make_real_depth_env, make_real_size_env])
+def test_real_envs_follow_gymnasium_api(harness, factory):
+    env = factory(harness, reward="throughput")
+    env_checker.check_observation_space(env.observation_space)
+    env_checker.check_action_space(env.action_space)
+    env_checker.check_reset_return_type(env)
+    obs, _ = env_reset_passive_checker(env, seed=0)
+    steps, records = 0, 0
+    rng = np.random.default_rng(0)
+    while steps < 40:
+        obs, reward, term, trunc, info = env_step_passive_checker(env, int(rng.integers(env.action_space.n)))
+        assert env.observation_space.contains(obs)
+        if "record" in info:
+            rec = RoundRecord.from_dict(info["record"])
+            assert reward == pytest.approx(cycle_reward(rec, "throughput", harness.target_time))
+            records += 1
+        else:
+            assert reward == 0.0
+        steps += 1
+        if trunc:
+            obs, _ = env.reset()
+    env.engine.close()
+    assert records > 0
+
+
+def test_real_env_seeded_determinism_of_observations(harness):
+    runs = []
+    for _ in range(2):
+        env = make_real_size_env(harness, reward="accepted_length")
+        obs, _ = env.reset(seed=3)
+        out = [obs]
+        for a in [0, 2, 1, 2, 0, 1]:
+            obs, reward, _, trunc, _ = env.step(a)
+            out += [obs, reward]
+            if trunc:
+                obs, _ = env.reset()
+        env.engine.close()
+        runs.append(out)
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
