@@ -16,7 +16,9 @@ COMMAND_MODULES = [
     "specloop.cli.theory_cmd",
     "specloop.cli.figures_cmd",
     "specloop.cli.reproduce_cmd",
+    "specloop.cli.simulate_cmd",
     "specloop.cli.ltd_cmd",
+    "specloop.cli.draft_cmd",
 ]
 
 

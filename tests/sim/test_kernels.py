@@ -10,7 +10,7 @@ from specloop.sim import _reference as R
 from specloop.sim.rounds import prepare_tables
 from specloop.sim.trees import PROPOSALS, build_tree
 from specloop.strategies.base import TreePlan
-from tests.strategies import distribution_pairs
+from tests.strategies import context_tables, distribution_pairs
 
 
 @settings(max_examples=40, deadline=None)
@@ -28,20 +28,13 @@ def test_iid_kernel_matches_reference(seed, kmax):
     np.testing.assert_array_equal(out_k, out_r)
 
 
-def _tables(rng, C, V, pair=None):
-    if pair is not None:
-        p, q = pair
-        return prepare_tables(np.tile(p, (C, 1)), np.tile(q, (C, 1)))
-    return prepare_tables(rng.dirichlet(np.full(V, 0.5), size=C), rng.dirichlet(np.full(V, 0.5), size=C))
-
-
 @settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**31), C=st.integers(1, 4), kmax=st.integers(0, 6),
-       iid=st.booleans(), greedy=st.booleans(), pair=st.none() | distribution_pairs(max_vocab=30))
-def test_chain_table_kernel_matches_reference(seed, C, kmax, iid, greedy, pair):
+@given(seed=st.integers(0, 2**31), kmax=st.integers(0, 6), iid=st.booleans(),
+       greedy=st.booleans(), tables=context_tables(max_contexts=4, max_vocab=30))
+def test_chain_table_kernel_matches_reference(seed, kmax, iid, greedy, tables):
     rng = np.random.default_rng(seed)
-    V = 17 if pair is None else pair[0].size
-    t = _tables(rng, C, V, pair)
+    t = prepare_tables(*tables)
+    C = t.num_contexts
     rounds = 60
     ctx = rng.integers(C, size=rounds)
     k = rng.integers(0, kmax + 1, size=rounds)
@@ -81,12 +74,12 @@ def test_chain_rows_kernel_matches_reference(seed, k, greedy, pair):
 @pytest.mark.parametrize("proposal", sorted(PROPOSALS))
 @pytest.mark.parametrize("greedy", [False, True])
 @settings(max_examples=10, deadline=None)
-@given(seed=st.integers(0, 2**31), iid=st.booleans())
-def test_tree_kernel_matches_reference(proposal, greedy, seed, iid):
+@given(seed=st.integers(0, 2**31), iid=st.booleans(),
+       tables=context_tables(max_contexts=3, max_vocab=12))
+def test_tree_kernel_matches_reference(proposal, greedy, seed, iid, tables):
     rng = np.random.default_rng(seed)
-    C, V, rounds = 3, 9, 40
-    p_table = rng.dirichlet(np.full(V, 0.5), size=C)
-    q_table = rng.dirichlet(np.full(V, 0.5), size=C)
+    p_table, q_table = tables
+    C, V, rounds = p_table.shape[0], p_table.shape[1], 40
     plan = TreePlan(branching=(3, 2, 2))
     trees = [build_tree(q_table, int(rng.integers(C)), plan, rng, "sampling", iid, proposal)
              for _ in range(rounds)]

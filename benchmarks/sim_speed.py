@@ -1,0 +1,179 @@
+"""Simulator speed: Numba kernels vs their NumPy references, measured in the same run.
+
+Modes (each reports ``numba_draft_tokens_per_s``, ``numpy_draft_tokens_per_s`` and
+``speedup_vs_numpy``):
+
+* ``iid``: the Assumption-1 fast path (`simulate_iid_chain`: per round k Bernoulli(Acc)
+  trials until the first failure). Numba timing includes drawing the uniforms in the
+  wrapper; the reference is `specloop.sim._reference.iid_chain_kernel` (Python loop
+  over rounds). ``numpy_vectorised_draft_tokens_per_s`` adds a fully vectorised NumPy
+  implementation (k uniforms per round, cumprod) for comparison.
+* ``full_vocab``: speculative sampling over full V = 32000 vocabularies
+  (`simulate_chain_tables`, C contexts, correlated positions): inverse-CDF draws by
+  binary search, O(log V) per token after the O(C V) table setup (``setup_seconds``,
+  excluded from the rates). The reference is `_reference.chain_table_kernel` on the
+  same tables.
+
+"Draft tokens" = simulated proposed draft tokens, k per round. Kernels are
+single-threaded, so the rates are per core. ``growth_vocab`` and ``growth_k`` give
+nanoseconds per draft token of the full-vocabulary kernel as V and k grow.
+
+    python benchmarks/sim_speed.py [--json] [--quick] [--check]
+
+``--check`` exits 1 when a target is missed (iid >= 1e8 draft tokens/s; >= 50x the
+NumPy reference in both modes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import numba
+import numpy as np
+
+from specloop.sim import _reference as R
+from specloop.sim.rounds import prepare_tables, simulate_chain_tables, simulate_iid_chain
+
+IID_TARGET = 1e8
+SPEEDUP_TARGET = 50.0
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up (JIT cache load, page faults)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bench_iid(rounds: int, ref_rounds: int, k: int, acc: float, repeats: int) -> dict:
+    rng = np.random.default_rng(0)
+    numba_s = _median_seconds(lambda: simulate_iid_chain(acc, k, rounds, rng), repeats)
+    accs = np.full(ref_rounds, acc)
+    ks = np.full(ref_rounds, k, dtype=np.int64)
+    u = 1.0 - rng.random(ref_rounds)
+    out = np.empty(ref_rounds, dtype=np.int64)
+    numpy_s = _median_seconds(lambda: R.iid_chain_kernel(accs, ks, u, out), repeats)
+
+    def vectorised():
+        trials = rng.random((rounds, k)) < acc
+        return np.cumprod(trials, axis=1).sum(axis=1)
+
+    vec_s = _median_seconds(vectorised, repeats)
+    numba_rate = rounds * k / numba_s
+    numpy_rate = ref_rounds * k / numpy_s
+    return {"rounds": rounds, "reference_rounds": ref_rounds, "k": k, "acceptance_rate": acc,
+            "numba_draft_tokens_per_s": numba_rate, "numpy_draft_tokens_per_s": numpy_rate,
+            "speedup_vs_numpy": numba_rate / numpy_rate,
+            "numpy_vectorised_draft_tokens_per_s": rounds * k / vec_s,
+            "speedup_vs_numpy_vectorised": numba_rate / (rounds * k / vec_s)}
+
+
+def _tables(vocab: int, contexts: int, seed: int = 0):
+    """Zipf-like targets and drafts (draft = target logits + noise)."""
+    rng = np.random.default_rng(seed)
+    ranks = np.argsort(rng.random((contexts, vocab)), axis=1)
+    logits = -1.1 * np.log1p(ranks)
+    def softmax(z):
+        z = z - z.max(axis=1, keepdims=True)
+        e = np.exp(z)
+        return e / e.sum(axis=1, keepdims=True)
+    return softmax(logits), softmax(logits + 1.0 * rng.standard_normal(logits.shape))
+
+
+def bench_full_vocab(vocab: int, contexts: int, rounds: int, ref_rounds: int, k: int,
+                     repeats: int) -> dict:
+    p, q = _tables(vocab, contexts)
+    start = time.perf_counter()
+    tables = prepare_tables(p, q)
+    setup = time.perf_counter() - start
+    rng = np.random.default_rng(1)
+    ctx = rng.integers(contexts, size=rounds)
+    numba_s = _median_seconds(
+        lambda: simulate_chain_tables(None, None, ctx, k, rng, tables=tables), repeats)
+    rctx = ctx[:ref_rounds]
+    ks = np.full(ref_rounds, k, dtype=np.int64)
+    u = rng.random((ref_rounds, k)), rng.random((ref_rounds, k)), rng.random(ref_rounds)
+    outs = (np.empty(ref_rounds, np.int64), np.empty((ref_rounds, k + 1), np.int64),
+            np.empty((ref_rounds, k)))
+    t = tables
+    numpy_s = _median_seconds(lambda: R.chain_table_kernel(
+        t.p_table, t.q_table, t.p_cdf, t.q_cdf, t.res_cdf, t.res_prob, t.row_acc, rctx, ks,
+        False, False, t.p_argmax, t.q_argmax, *u, *outs), repeats)
+    numba_rate = rounds * k / numba_s
+    numpy_rate = ref_rounds * k / numpy_s
+    return {"vocab_size": vocab, "num_contexts": contexts, "rounds": rounds,
+            "reference_rounds": ref_rounds, "k": k,
+            "acceptance_rate": float(tables.row_acc.mean()), "setup_seconds": setup,
+            "numba_draft_tokens_per_s": numba_rate, "numpy_draft_tokens_per_s": numpy_rate,
+            "speedup_vs_numpy": numba_rate / numpy_rate,
+            "ns_per_draft_token": 1e9 / numba_rate}
+
+
+def growth(values, key: str, base: dict, rounds: int, repeats: int) -> list[dict]:
+    rows = []
+    for value in values:
+        cfg = dict(base, **{key: value})
+        p, q = _tables(cfg["vocab"], cfg["contexts"])
+        start = time.perf_counter()
+        tables = prepare_tables(p, q)
+        setup = time.perf_counter() - start
+        rng = np.random.default_rng(2)
+        ctx = rng.integers(cfg["contexts"], size=rounds)
+        seconds = _median_seconds(
+            lambda: simulate_chain_tables(None, None, ctx, cfg["k"], rng, tables=tables), repeats)
+        rows.append({"vocab_size": cfg["vocab"], "k": cfg["k"],
+                     "ns_per_draft_token": seconds * 1e9 / (rounds * cfg["k"]),
+                     "setup_seconds": setup,
+                     "setup_ns_per_table_entry": setup * 1e9 / (cfg["vocab"] * cfg["contexts"])})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    scale = 10 if args.quick else 1
+    report = {
+        "iid": bench_iid(4_000_000 // scale, 20_000 // scale, 8, 0.8, args.repeats),
+        "full_vocab": bench_full_vocab(32000, 16, 400_000 // scale, 4_000 // scale, 4,
+                                       args.repeats),
+        "growth_vocab": growth([256, 2048, 16384, 65536], "vocab",
+                               {"vocab": 0, "contexts": 8, "k": 4}, 200_000 // scale, args.repeats),
+        "growth_k": growth([1, 2, 4, 8, 16, 32], "k", {"vocab": 32000, "contexts": 8, "k": 0},
+                           100_000 // scale, args.repeats),
+        "targets": {"iid_draft_tokens_per_s": IID_TARGET, "speedup_vs_numpy": SPEEDUP_TARGET},
+        "meta": {"numba": numba.__version__, "numpy": np.__version__,
+                 "machine": platform.machine(), "cpu_count": os.cpu_count(),
+                 "load_average": os.getloadavg(), "threads": "single-threaded kernels",
+                 "draft_tokens": "proposed draft tokens, k per round",
+                 "quick": args.quick},
+    }
+    ok = (report["iid"]["numba_draft_tokens_per_s"] >= IID_TARGET
+          and report["iid"]["speedup_vs_numpy"] >= SPEEDUP_TARGET
+          and report["full_vocab"]["speedup_vs_numpy"] >= SPEEDUP_TARGET)
+    report["targets_met"] = ok
+    if args.json:
+        print(json.dumps(report, indent=1))
+    else:
+        for mode in ("iid", "full_vocab"):
+            r = report[mode]
+            print(f"{mode:10s} numba {r['numba_draft_tokens_per_s']:.3g}/s  numpy "
+                  f"{r['numpy_draft_tokens_per_s']:.3g}/s  speedup {r['speedup_vs_numpy']:.0f}x")
+        for row in report["growth_vocab"] + report["growth_k"]:
+            print(f"V={row['vocab_size']:6d} k={row['k']:3d}  {row['ns_per_draft_token']:.1f} ns/token")
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
