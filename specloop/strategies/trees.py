@@ -59,8 +59,14 @@ class StaticTree(_PolicyBase):
         self.verify_budget = None if verify_size is None else check_k(verify_size, "verify_size", 1)
 
     def plan(self, state: PlanState) -> DraftPlan:
+        """The static shape, cut to ``remaining_tokens - 1`` levels near max_new_tokens."""
         depth = len(self.branching)
-        tree = TreePlan(branching=self.branching, max_depth=depth, verify_size=self.verify_budget)
+        if state.remaining_tokens is not None:
+            depth = min(depth, int(state.remaining_tokens) - 1)
+            if depth < 1:
+                return DraftPlan(num_draft_tokens=0)
+        tree = TreePlan(branching=self.branching[:depth], max_depth=depth,
+                        verify_size=self.verify_budget)
         return DraftPlan(num_draft_tokens=depth, tree=tree)
 
     def verify_size(self, candidates: TreeCandidates) -> int:
