@@ -98,7 +98,8 @@ def _claims(rows: list[dict]) -> list[dict]:
 def _plot(rows: list[dict], out: Path) -> list[Path]:
     scenarios = list(dict.fromkeys(r["scenario"] for r in rows))
     learners = list(dict.fromkeys(r["learner"] for r in rows))
-    fig, axes = new_figure(ncols=len(scenarios), width=4.2, height=3.9)
+    ncols = 2 if len(scenarios) > 2 else len(scenarios)
+    fig, axes = new_figure(ncols=ncols, nrows=-(-len(scenarios) // ncols), width=5.2, height=4.0)
     for ax, scenario in zip(axes, scenarios):
         for i, learner in enumerate(learners):
             row = next((r for r in rows if r["scenario"] == scenario and r["learner"] == learner), None)
@@ -116,6 +117,12 @@ def _plot(rows: list[dict], out: Path) -> list[Path]:
                         color=f"C{i}", lw=1)
         ax.set(xscale="log", yscale="log", xlabel="T (rounds)", ylabel="dynamic regret Reg_T (nats)",
                title=f"{scenario}: fitted (—) vs predicted (···) slope")
+        from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+        ticks = sorted({int(t) for r in rows for t in r["rounds_list"]})
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(lambda x, _pos: f"{x:g}")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.legend(fontsize=6)
     return save_figure(fig, out, NAME)
 
