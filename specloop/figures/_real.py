@@ -89,6 +89,14 @@ class TimedRun:
         return self.new_tokens / self.rounds if self.rounds else float("nan")
 
 
+def _progress(prompts, method: str):
+    """A transient tqdm bar over prompts (stderr)."""
+    import sys
+
+    from tqdm import tqdm
+    return tqdm(prompts, desc=f"  {method}", unit="prompt", leave=False, file=sys.stderr)
+
+
 def _sync(device) -> None:
     import torch
     if str(device).startswith("cuda"):
@@ -114,7 +122,7 @@ def time_hf_generate(target, prompts: Sequence[Sequence[int]], max_new_tokens: i
 
     one(prompts[0][: max(1, len(prompts[0]) // 2)])
     outputs, total = [], 0.0
-    for ids in prompts:
+    for ids in _progress(prompts, method):
         _sync(device)
         t0 = time.perf_counter()
         outputs.append(one(ids))
@@ -130,7 +138,7 @@ def time_specloop(make_decoder: Callable[[], object], prompts: Sequence[Sequence
     decoder = make_decoder()
     decoder.generate(list(prompts[0])[: max(1, len(prompts[0]) // 2)], max_new_tokens=8)
     outputs, total, rounds = [], 0.0, 0
-    for i, ids in enumerate(prompts):
+    for i, ids in enumerate(_progress(prompts, method)):
         _sync(decoder.device)
         t0 = time.perf_counter()
         result = decoder.generate(list(ids), max_new_tokens=max_new_tokens, stream_index=i)
