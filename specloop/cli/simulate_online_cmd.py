@@ -69,7 +69,7 @@ def _setup_kwargs(args) -> dict:
 
 
 def register(simulate_subparsers) -> None:
-    from specloop.sim.online import LEARNERS, ONLINE_SCENARIOS
+    from specloop.sim.online import LEARNERS, ONLINE_SCENARIOS, POLICIES
 
     online = simulate_subparsers.add_parser(
         "online", help="one online learner on one stream: regret, tau, speedup per window",
@@ -78,6 +78,8 @@ def register(simulate_subparsers) -> None:
     online.add_argument("--learner", choices=LEARNERS, default="ogd")
     online.add_argument("--rounds", type=_positive_int, default=2000, help="T")
     online.add_argument("--seed", type=int, default=0)
+    online.add_argument("--policy", choices=POLICIES, default="fixed",
+                        help="draft-length policy (Theorem 1's bounds need 'fixed')")
     online.add_argument("--window", type=_positive_int, default=None,
                         help="rounds per window (default T // 10)")
     online.add_argument("--trace", default=None, help="save the round records to this file")
@@ -109,11 +111,12 @@ def _bounds_ok(speedup: float, lower: float, upper: float) -> bool:
 
 
 def run_online_cmd(args) -> int:
-    from specloop.sim.online import OnlineSetup, build_problem, run_online
+    from specloop.sim.online import OnlineSetup, build_problem, make_policy, run_online
 
     setup = OnlineSetup(args.scenario, args.rounds, seed=args.seed, window=args.window,
                         **_setup_kwargs(args))
-    result = run_online(build_problem(setup), args.learner)
+    policy = make_policy(args.policy, args.k, args.cost_ratio, args.rounds, seed=args.seed)
+    result = run_online(build_problem(setup), args.learner, policy=policy)
     if args.trace:
         result.trace.save(args.trace)
     summary, windows = result.summary(), result.windows()
@@ -133,7 +136,7 @@ def _print_online(summary: dict, windows: list[dict]) -> None:
 
     console = Console()
     head = Table(title=f"online {summary['learner']} on {summary['scenario']} "
-                       f"(T={summary['rounds']}, k={summary['num_draft_tokens']})")
+                       f"(T={summary['rounds']}, mean k={summary['num_draft_tokens']})")
     head.add_column("quantity")
     head.add_column("value", justify="right")
     for key, value in summary.items():

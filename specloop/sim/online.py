@@ -45,18 +45,21 @@ from specloop.strategies.base import DraftPolicy, PlanState
 from specloop.strategies.ensemble import HedgeEnsemble, OptimisticEnsemble, geometric_learning_rates
 from specloop.strategies.ogd import OGD, OptimisticOGD
 from specloop.strategies.osd import OSDDistillation
-from specloop.strategies.policies import FixedK
+from specloop.strategies.bandits import EXP3K, UCBK
+from specloop.strategies.policies import FixedK, HeuristicK, TheoryOptimalK
 from specloop.theory.acceptance import acceptance_rate
 from specloop.theory.bounds import theorem1_bounds
 from specloop.theory.regret import corollary3_num_base_learners, corollary_growth_exponent
 from specloop.theory.tokens import expected_tokens_chain
 
-__all__ = ["ONLINE_SCENARIOS", "LEARNERS", "OnlineSetup", "OnlineProblem", "OnlineResult",
+__all__ = ["ONLINE_SCENARIOS", "LEARNERS", "POLICIES", "make_policy", "OnlineSetup", "OnlineProblem", "OnlineResult",
            "build_problem", "make_learner", "run_online", "solve_comparator",
            "regret_sweep", "fit_exponent", "predicted_exponent", "SweepConfig"]
 
 ONLINE_SCENARIOS = ("stationary", "piecewise", "smooth", "fast")
 LEARNERS = ("fixed", "ogd", "optimistic", "ensemble", "optimistic-ensemble", "osd")
+POLICIES = ("fixed", "theory", "heuristic", "ucb", "exp3")
+BANDIT_ARMS = (1, 2, 3, 4, 6, 8, 12)
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,30 @@ def build_problem(setup: OnlineSetup) -> OnlineProblem:
     return OnlineProblem(setup, stream, draft, init, comp, entropies, path, tv_path, g)
 
 
-# -- learners ---------------------------------------------------------------------
+# -- policies and learners ------------------------------------------------------------
+def make_policy(name: str, num_draft_tokens: int, cost_ratio: float, rounds: int, seed: int = 0):
+    """A draft-length policy for the online engine: "fixed" (k), "theory"
+    (`TheoryOptimalK` at ``cost_ratio``, k <= 16), "heuristic" (+2/-1 from k), "ucb" /
+    "exp3" over `BANDIT_ARMS` with the reward bound max_k (k + 1) / (cost_ratio k + 1)
+    tokens per target-forward second (rewards then lie in [0, 1] after normalising).
+
+    Raises:
+        ValueError: unknown name or invalid k / cost_ratio.
+    """
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r}; expected one of {POLICIES}")
+    bound = max((k + 1) / (cost_ratio * k + 1) for k in BANDIT_ARMS)
+    if name == "fixed":
+        return FixedK(num_draft_tokens, seed=seed)
+    if name == "theory":
+        return TheoryOptimalK(max(cost_ratio, 1e-6), k_max=16, seed=seed)
+    if name == "heuristic":
+        return HeuristicK(initial_k=max(num_draft_tokens, 1), seed=seed)
+    if name == "ucb":
+        return UCBK(BANDIT_ARMS, reward_bound=bound, seed=seed)
+    return EXP3K(BANDIT_ARMS, horizon=rounds, reward_bound=bound, seed=seed)
+
+
 def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
                  loss_and_grad=None, seed: int = 0):
     """A learner tuned as its corollary prescribes (D = 2 * radius is the diameter):
@@ -348,7 +374,7 @@ class OnlineResult:
             "dynamic_regret_exact": self.dynamic_regret_exact,
             "path_length": self.path_length, "target_path_length": self.target_path_length,
             "hint_error": self.hint_error, "gradient_bound": self.gradient_bound,
-            "radius": self.setup.radius, "num_draft_tokens": int(self.num_draft_tokens.mean()),
+            "radius": self.setup.radius, "num_draft_tokens": float(self.num_draft_tokens.mean()),
             "cost_ratio": self.setup.cost_ratio,
             "mean_accepted_length": float(self.expected_tokens.mean()),
             "mean_accepted_length_sampled": float(self.tokens_per_round.mean()),

@@ -12,3 +12,6 @@ from specloop.strategies.ogd import OGD, OptimisticOGD
 from specloop.strategies.ensemble import (HedgeEnsemble, OptimisticEnsemble,
                                           default_num_learners, geometric_learning_rates)
 from specloop.strategies.osd import OSDDistillation
+from specloop.strategies.policies import ConfidenceStop, FixedK, HeuristicK, TheoryOptimalK
+from specloop.strategies.bandits import EXP3K, UCBK
+from specloop.strategies.trees import DynamicTree, StaticTree

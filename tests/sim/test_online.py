@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from specloop.sim.online import (LEARNERS, ONLINE_SCENARIOS, OnlineSetup, SweepConfig,
-                                 build_problem, fit_exponent, make_learner, predicted_exponent,
-                                 regret_sweep, run_online, solve_comparator)
+from specloop.sim.online import (BANDIT_ARMS, LEARNERS, ONLINE_SCENARIOS, POLICIES, OnlineSetup,
+                                 SweepConfig, build_problem, fit_exponent, make_learner,
+                                 make_policy, predicted_exponent, regret_sweep, run_online,
+                                 solve_comparator)
 from specloop.strategies.policies import HeuristicK
 
 
@@ -159,6 +160,8 @@ def test_cli_online_json(capsys):
                "--rounds", "60", "--json"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
+    assert main(["simulate", "online", "--policy", "ucb", "--rounds", "30"]) == 0
+    assert "per window" in capsys.readouterr().out
     assert out["summary"]["learner"] == "optimistic-ensemble"
     assert out["summary"]["rounds"] == 60
     assert {"dynamic_regret", "dynamic_regret_exact", "path_length", "hint_error",
@@ -184,3 +187,17 @@ def test_cli_rejects_bad_names(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["simulate", "online", "--scenario", "nowhere"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("name", POLICIES)
+def test_every_policy_drives_the_engine(problems, name):
+    policy = make_policy(name, 4, 0.05, 120, seed=0)
+    result = run_online(problems["piecewise"], "ogd", policy=policy)
+    ks = result.num_draft_tokens
+    assert np.all(ks >= 0) and np.all(ks <= 32)
+    # per-round speedup can never beat drafting everything right: (k+1)/(ck+1) per round
+    assert result.speedup <= max((k + 1) / (0.05 * k + 1) for k in np.unique(ks)) + 1e-12
+    if name in ("ucb", "exp3"):
+        assert set(np.unique(ks).astype(int)) <= set(BANDIT_ARMS)
+    with pytest.raises(ValueError, match="policy"):
+        make_policy("greedy", 4, 0.05, 10)
