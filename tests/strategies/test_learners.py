@@ -11,8 +11,8 @@ import torch
 from array_api_compat import array_namespace, device
 from hypothesis import given, settings
 
-from specloop.strategies import (OGD, HedgeEnsemble, OptimisticEnsemble, OptimisticOGD,
-                                 OSDDistillation, default_num_learners,
+from specloop.strategies import (OGD, HedgeEnsemble, OnlineLearner, OptimisticEnsemble,
+                                 OptimisticOGD, OSDDistillation, default_num_learners,
                                  geometric_learning_rates)
 from specloop.strategies import _arrays as A
 from specloop.theory.regret import (corollary1_regret_bound, corollary3_num_base_learners,
@@ -91,6 +91,11 @@ def _np(arrays):
 @pytest.fixture(params=list(LEARNERS), ids=list(LEARNERS))
 def learner_case(request):
     return LEARNERS[request.param]
+
+
+def test_satisfies_the_online_learner_protocol(learner_case):
+    factory, _ = learner_case
+    assert isinstance(factory(0), OnlineLearner)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
