@@ -131,10 +131,9 @@ def run_online_cmd(args) -> int:
 
 
 def _print_online(summary: dict, windows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = _console()
     head = Table(title=f"online {summary['learner']} on {summary['scenario']} "
                        f"(T={summary['rounds']}, mean k={summary['num_draft_tokens']})")
     head.add_column("quantity")
@@ -151,6 +150,13 @@ def _print_online(summary: dict, windows: list[dict]) -> None:
                       f"{w['dynamic_regret_exact']:.3f}", f"{w['mean_accepted_length']:.3f}",
                       f"{w['acceptance_rate']:.3f}", f"{w['speedup']:.3f}")
     console.print(table)
+
+
+def _console():
+    """A rich console that keeps table rows on one line when output is piped."""
+    from rich.console import Console
+    console = Console()
+    return console if console.is_terminal else Console(width=160)
 
 
 def _names(text: str, allowed) -> tuple[str, ...]:
@@ -188,7 +194,6 @@ def run_sweep_cmd(args) -> int:
 
 
 def _print_sweep(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"regret growth Reg_T ~ T^e (T = {rows[0]['rounds_list']}, "
@@ -201,4 +206,4 @@ def _print_sweep(rows: list[dict]) -> None:
                       f"{r['predicted_exponent']:.2f}", f"{r['path_length_exponent']:.2f}",
                       f"{r['hint_error_exponent']:.2f}", f"{r['regret_at_max_T']:.1f}",
                       f"{r['speedup']:.3f}", f"{r['speedup_lower_bound']:.3f}")
-    Console().print(table)
+    _console().print(table)

@@ -463,7 +463,7 @@ def _update(learner, w, grads, loss, draft, context, p, rejected: bool):
 #: which corollary predicts each learner's regret growth
 COROLLARY_OF = {"ogd": "corollary1", "osd": "corollary1", "optimistic": "corollary2",
                 "ensemble": "corollary3", "optimistic-ensemble": "corollary2+3",
-                "fixed": "none (no learning: linear)"}
+                "fixed": "none"}  # no learning: Reg_T linear in T
 
 
 @dataclass(frozen=True)
