@@ -42,6 +42,9 @@ def test_simulate_chain_json_and_trace(capsys, tmp_path):
     assert trace.mean_accepted_length() == pytest.approx(report["mean_tokens_per_round"])
     assert report["speedup"] == pytest.approx(
         report["mean_tokens_per_round"] / (1 + 0.05 * 3))
+    assert report["speedup"] == pytest.approx(
+        speedup_vs_autoregressive(trace, LinearCost(0.05, 1.0)))
+    assert report["simulated_seconds"] == pytest.approx(trace.total_time)
 
 
 @pytest.mark.parametrize("shape_args", [["--tree", "2,2"],
