@@ -61,7 +61,7 @@ def test_full_copy_equals_target_and_is_fully_accepted():
     drafts are always accepted (tau = k + 1) and outputs match."""
     model = tiny_target(layers=3)
     draft = SmallLMDraft.from_target(model, torch.arange(VOCAB), num_layers=3, init_layers=(0, 1, 2))
-    ids = torch.tensor([token_stream(30, 1)])
+    ids = torch.from_numpy(token_stream(30, 1))[None]
     with torch.no_grad():
         assert torch.allclose(draft(ids)[0], model(ids).logits, atol=1e-4)
     target = LoadedModel(model, None, "tiny", "test")
@@ -83,7 +83,7 @@ def test_saved_draft_reloads_to_identical_predictions(setup, trained, tmp_path):
     draft, _, report = trained
     save_draft(draft.state_dict(), {"architecture": draft.config.to_dict()}, "tiny", "small-lm", tmp_path)
     again = small_lm_from_saved(model, *load_draft("tiny", "small-lm", tmp_path))
-    ids = torch.tensor([token_stream(20, 4)])
+    ids = torch.from_numpy(token_stream(20, 4))[None]
     with torch.no_grad():
         assert torch.equal(again(ids)[0], draft(ids)[0])
 

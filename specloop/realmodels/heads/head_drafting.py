@@ -162,14 +162,14 @@ class FeatureHeadDrafter(BaseDrafter):
         if hidden.shape[0] != prompt_ids.shape[0] - 1:
             raise ValueError(f"{self.name}: got hidden states for {hidden.shape[0]} tokens, expected "
                              f"{prompt_ids.shape[0] - 1} (the prompt without its pending token)")
-        self._h = hidden[-1].detach() if hidden.shape[0] else None
+        self._h = hidden[-1].detach().clone() if hidden.shape[0] else None   # clone: not an inference tensor
         self._pending = int(prompt_ids[-1])
 
     def observe(self, feedback: VerifyFeedback) -> None:
         """Take h_t from the last verified token and the new pending token."""
         if feedback.target_hidden is None:
             raise ValueError(f"{self.name} needs VerifyFeedback.target_hidden (needs_target_hidden=(-1,))")
-        self._h = feedback.target_hidden[0][-1].detach()
+        self._h = feedback.target_hidden[0][-1].detach().clone()
         self._pending = int(feedback.committed_tokens[-1])
 
     @torch.no_grad()

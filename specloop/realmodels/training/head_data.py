@@ -190,10 +190,12 @@ def loop_config_for(config, batch_size: int, quick_eval_every: int = 0):
     from specloop.realmodels.training.head_loop import LoopConfig
     steps = int(config.steps)
     return LoopConfig(steps=steps, batch_size=int(batch_size), lr=float(config.lr),
-                      weight_decay=float(config.weight_decay), warmup=min(100, steps // 10 + 1),
+                      weight_decay=float(config.weight_decay),
+                      warmup=min(int(getattr(config, "warmup", 100)), steps // 10 + 1),
                       max_seconds=config.time_limit_s,
-                      eval_every=quick_eval_every or max(50, steps // 10),
-                      checkpoint_every=0 if config.quick else 50, seed=int(config.seed))
+                      eval_every=quick_eval_every or max(50, steps // 3),
+                      checkpoint_every=0 if config.quick else 50, seed=int(config.seed),
+                      autocast=bool(getattr(config, "bf16_autocast", False)))
 
 
 def train_registered(config, kind: str, loaded, progress: bool, build, train_fn, loss_cfg) -> dict:
@@ -224,8 +226,8 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
     module, batch_size = build(loaded.model, vocab.d2t)
     loop = loop_config_for(config, batch_size)
     folder = Path(config.out_dir) if config.out_dir else draft_dir(config.target, kind)
-    signature = json.dumps([config.to_dict(), module.config.to_dict(), loss_cfg.to_dict()], sort_keys=True,
-                           default=str)
+    train_only = {k: v for k, v in loss_cfg.to_dict().items() if not k.startswith("eval")}
+    signature = json.dumps([config.to_dict(), module.config.to_dict(), train_only], sort_keys=True, default=str)
     raw = train_fn(module, train_parts, val_part, loop, loss_cfg, checkpoint=folder / "checkpoint.pt",
                    signature=signature, progress=progress)
     final = raw["final"]

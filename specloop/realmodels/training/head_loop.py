@@ -32,6 +32,8 @@ class LoopConfig:
         eval_every: steps between held-out evaluations (0 = only at the end).
         checkpoint_every: steps between checkpoints (0 = none).
         seed: seed of the anchor sampler's np.random.Generator and of torch.
+        autocast: run the training forward/backward under CPU bfloat16 autocast
+            (about 2x faster here with avx512_bf16; losses are computed in float32).
 
     Raises:
         ValueError: non-positive steps / batch_size / lr.
@@ -47,6 +49,7 @@ class LoopConfig:
     eval_every: int = 0
     checkpoint_every: int = 0
     seed: int = 0
+    autocast: bool = False
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch_size < 1 or not self.lr > 0:
@@ -112,7 +115,8 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[np.random.Generator], tu
             break
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, cfg)
-        loss, metrics = loss_fn(rng)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
+            loss, metrics = loss_fn(rng)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)

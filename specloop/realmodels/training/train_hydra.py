@@ -178,7 +178,7 @@ def train_hydra(config, *, loaded=None, progress: bool = True) -> dict:
         heads = build_hydra(model, d2t, num_heads=max(HYDRA_HEADS, config.ttt_steps))
         return heads, config.batch_size * (config.window - 1)
 
-    loss_cfg = HydraTrainConfig(eval_positions=512 if config.quick else 4096)
+    loss_cfg = HydraTrainConfig(eval_positions=512 if config.quick else 2048)
     return train_registered(config, "hydra", loaded, progress, build, train_hydra_heads, loss_cfg)
 
 

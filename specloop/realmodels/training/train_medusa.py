@@ -85,7 +85,7 @@ def train_medusa(config, *, loaded=None, progress: bool = True) -> dict:
         heads = build_medusa(model, d2t, num_heads=max(MEDUSA_HEADS, config.ttt_steps))
         return heads, config.batch_size * (config.window - 1)
 
-    loss_cfg = MedusaTrainConfig(eval_positions=512 if config.quick else 4096)
+    loss_cfg = MedusaTrainConfig(eval_positions=512 if config.quick else 2048)
     return train_registered(config, "medusa", loaded, progress, build, train_medusa_heads, loss_cfg)
 
 
