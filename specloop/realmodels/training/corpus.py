@@ -78,6 +78,7 @@ class Corpus:
     val_ids: np.ndarray
     docs: list[dict] = field(default_factory=list)
     fingerprint: str = ""
+    requested_tokens: int = 0
 
     def tokens_by_source(self, split: str = "train") -> dict[str, int]:
         out: dict[str, int] = {}
@@ -260,7 +261,9 @@ def build_corpus(tokenizer, total_tokens: int = 1_200_000, *, mix: dict[str, flo
                 used += len(ids) + 1
     if not chosen:
         raise ValueError("the corpus is empty: no documents found in any source")
-    return _pack(chosen, eos, rng)
+    corpus = _pack(chosen, eos, rng)
+    corpus.requested_tokens = int(total_tokens)
+    return corpus
 
 
 def _pack(chosen: list[tuple[Document, list[int]]], eos: int, rng: np.random.Generator) -> Corpus:
@@ -284,7 +287,7 @@ def save_corpus(corpus: Corpus, folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     np.save(folder / "train_ids.npy", corpus.train_ids)
     np.save(folder / "val_ids.npy", corpus.val_ids)
-    meta = {"fingerprint": corpus.fingerprint, "docs": corpus.docs,
+    meta = {"fingerprint": corpus.fingerprint, "docs": corpus.docs, "requested_tokens": corpus.requested_tokens,
             "train_tokens": int(corpus.train_ids.size), "val_tokens": int(corpus.val_ids.size),
             "train_tokens_by_source": corpus.tokens_by_source("train")}
     tmp = folder / "corpus.json.tmp"
@@ -305,4 +308,4 @@ def load_corpus(folder: str | Path) -> Corpus:
         raise FileNotFoundError(f"no corpus at {folder} (corpus.json missing)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     return Corpus(np.load(folder / "train_ids.npy"), np.load(folder / "val_ids.npy"),
-                  meta["docs"], meta["fingerprint"])
+                  meta["docs"], meta["fingerprint"], int(meta.get("requested_tokens", 0)))

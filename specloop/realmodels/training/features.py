@@ -312,7 +312,7 @@ def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, c
     hidden_size = int(model.config.hidden_size)
     try:
         corpus = load_corpus(root / "corpus")
-        if corpus.train_ids.size < 0.9 * total_tokens:
+        if corpus.requested_tokens != total_tokens:
             raise FileNotFoundError
     except FileNotFoundError:
         corpus = build_corpus(loaded.tokenizer, total_tokens, progress=progress)

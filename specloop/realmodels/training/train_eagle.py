@@ -147,12 +147,23 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     probe = EagleConfig.from_target(target_cfg, config.kind, 1)
     layers = tuple(sorted(set(probe.feature_layers) | {-1}))
     counts = vocab_counts(train_parts, int(target_cfg.vocab_size))
+    corpus_ids = Path(train_parts[0].folder).parent / "corpus" / "train_ids.npy"
+    if corpus_ids.is_file():  # the whole corpus's token counts, even before its features exist
+        counts += np.bincount(np.load(corpus_ids), minlength=counts.size)[: counts.size]
     val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
-    size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
-    eos = getattr(target_cfg, "eos_token_id", None)
-    vocab = build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ())
+    init = None
+    if config.init_from:
+        from specloop.realmodels.heads.common import load_draft
+        init, _ = load_draft(config.target, config.kind, config.init_from)
+        vocab = ReducedVocab(init.pop("d2t").long(), int(target_cfg.vocab_size))
+    else:
+        size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
+        eos = getattr(target_cfg, "eos_token_id", None)
+        vocab = build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ())
     head_cfg = EagleConfig.from_target(target_cfg, config.kind, vocab.size)
     head = EagleHead(head_cfg, embed, lm[vocab.d2t])
+    if init is not None:
+        head.load_state_dict(init, strict=True)
     t2d = vocab.t2d
     batcher = FeatureBatcher(train_parts, layers, config.window, config.batch_size, seed=config.seed)
     val_batcher = FeatureBatcher([val_part], layers, int(val_part.meta["chunk_len"]), 1, seed=0)
@@ -164,8 +175,9 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     step = 0
     for step in bar:
         for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, config.steps, config.lr, warmup=min(100, config.steps // 10 + 1))
-        loss, stats = ttt_loss(head, batcher.sample(), t2d, vocab.d2t, config.ttt_steps)
+            group["lr"] = cosine_lr(step, config.steps, config.lr, warmup=min(config.warmup, config.steps // 10 + 1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16_autocast):
+            loss, stats = ttt_loss(head, batcher.sample(), t2d, vocab.d2t, config.ttt_steps)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -60,6 +60,12 @@ class TrainConfig:
         feature_root: feature-cache root (None = the default cache).
         out_dir: where to save the draft (None = the default draft cache).
         dtype: target dtype used to extract features when the cache is missing.
+        bf16_autocast: run the training forward/backward under bfloat16 autocast
+            (float32 master weights and optimizer; about 2x faster on CPUs with
+            AVX512-BF16). Evaluation and drafting stay float32.
+        warmup: learning-rate warm-up steps.
+        init_from: folder of a saved draft of the same kind to continue training from
+            (its reduced vocabulary is kept); None = fresh initialisation.
     """
 
     target: str = "smollm2-135m"
@@ -78,6 +84,9 @@ class TrainConfig:
     feature_root: str | None = None
     out_dir: str | None = None
     dtype: str = "bfloat16"
+    bf16_autocast: bool = True
+    warmup: int = 100
+    init_from: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("tokens", "steps", "batch_size", "ttt_steps"):

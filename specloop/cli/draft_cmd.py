@@ -1,0 +1,94 @@
+"""``specloop draft``: offline training of learned drafts for a real target.
+
+    specloop draft train --target smollm2-135m --kind eagle|eagle3|medusa|hydra|small-lm
+                         [--tokens N] [--steps S] [--quick] [--json]
+    specloop draft features --target smollm2-135m [--tokens N]
+
+``train`` dispatches through `specloop.realmodels.training.trainer.get_trainer`; the
+target's feature cache (teacher-forced features of the warm-up corpus) is built
+first when missing (progress bars; resumable). ``--quick`` trains a small draft on a
+small separate cache (``<target>-quick``) in a few minutes, for smoke tests.
+``--json`` prints the training report (keys include ``kind``, ``target``,
+``heldout_top1``, ``train_seconds``, ``path``). Exit 0 on success, 2 on bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+__all__ = ["register"]
+
+KINDS = ("eagle", "eagle3", "medusa", "hydra", "small-lm")
+QUICK = {"tokens": 40_000, "steps": 200, "batch_size": 4, "window": 64}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("draft", help="train learned drafts (EAGLE, EAGLE-3, Medusa, Hydra, small LM)")
+    sub = parser.add_subparsers(dest="draft_command", metavar="ACTION")
+    sub.required = True
+    train = sub.add_parser("train", help="train a draft offline on target features of real text")
+    train.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
+    train.add_argument("--kind", required=True, choices=KINDS)
+    train.add_argument("--tokens", type=int, default=None, help="warm-up corpus size in tokens (default 1.2M)")
+    train.add_argument("--steps", type=int, default=None, help="optimizer steps")
+    train.add_argument("--batch-size", type=int, default=None)
+    train.add_argument("--window", type=int, default=None, help="positions per training window (tokens)")
+    train.add_argument("--ttt-steps", type=int, default=None, help="draft steps unrolled in training")
+    train.add_argument("--vocab-size", type=int, default=None, help="reduced draft vocabulary (0 = auto)")
+    train.add_argument("--lr", type=float, default=None)
+    train.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
+    train.add_argument("--quick", action="store_true", help="small cache and few steps (minutes)")
+    train.add_argument("--out", default=None, help="draft folder (default: the draft cache)")
+    train.add_argument("--json", action="store_true", help="print the report as JSON")
+    train.set_defaults(func=_train)
+    feats = sub.add_parser("features", help="build the target's warm-up feature cache (resumable)")
+    feats.add_argument("--target", default="smollm2-135m")
+    feats.add_argument("--tokens", type=int, default=1_200_000)
+    feats.add_argument("--dtype", default="bfloat16", help="target dtype for extraction")
+    feats.add_argument("--no-chat", action="store_true", help="skip the target's own chat responses")
+    feats.set_defaults(func=_features)
+
+
+def _train_config(args):
+    from specloop.realmodels.training.features import features_root
+    from specloop.realmodels.training.trainer import TrainConfig
+    values = dict(QUICK) if args.quick else {}
+    for key, attr in (("tokens", "tokens"), ("steps", "steps"), ("batch_size", "batch_size"),
+                      ("window", "window"), ("ttt_steps", "ttt_steps"), ("draft_vocab_size", "vocab_size"),
+                      ("lr", "lr"), ("time_limit_s", "time_limit")):
+        if getattr(args, attr) is not None:
+            values[key] = getattr(args, attr)
+    if args.quick:
+        values["feature_root"] = str(features_root(f"{args.target}-quick"))
+        values["quick"] = True
+    return TrainConfig(target=args.target, kind=args.kind, out_dir=args.out, **values)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from specloop.realmodels.training.trainer import get_trainer
+    config = _train_config(args)
+    trainer = get_trainer(args.kind)
+    report = trainer(config, loaded=None, progress=True)
+    summary = {"kind": args.kind, "target": args.target, **{k: v for k, v in report.items()
+                                                              if k not in ("config", "train_config")}}
+    if args.json:
+        print(json.dumps(summary, indent=1, default=str))
+    else:
+        top1 = summary.get("heldout_top1")
+        print(f"trained {args.kind} for {args.target}: held-out top-1 "
+              f"{top1 if top1 is None else round(float(top1), 4)}, saved to {summary.get('path')}")
+    return 0
+
+
+def _features(args: argparse.Namespace) -> int:
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.training.features import build_feature_cache
+    if args.tokens < 1:
+        raise ValueError(f"--tokens must be >= 1, got {args.tokens}")
+    loaded = load_model(args.target, dtype=args.dtype)
+    parts = ("val", "train") if args.no_chat else ("val", "train", "chat")
+    built = build_feature_cache(loaded, args.target, total_tokens=args.tokens, parts=parts)
+    for name, part in built.items():
+        print(f"{name}: {part.n_done}/{part.meta['n_chunks']} chunks of {part.meta['chunk_len']} tokens "
+              f"in {part.folder}")
+    return 0
