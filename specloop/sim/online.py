@@ -531,7 +531,8 @@ def _sweep_runs(config: SweepConfig) -> list[dict]:
             for s in config.scenarios for seed in config.seeds for t in config.rounds_list]
     if config.processes > 1:
         import multiprocessing as mp
-        with mp.get_context("spawn").Pool(config.processes) as pool:
+        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"  # fork: no re-import
+        with mp.get_context(method).Pool(config.processes) as pool:
             chunks = pool.map(_sweep_job, jobs, chunksize=1)
     else:
         chunks = [_sweep_job(job) for job in jobs]
