@@ -48,3 +48,23 @@ def frequency_vocab(part, size: int) -> torch.Tensor:
     counts = np.bincount(np.asarray(part.array("tokens")).ravel(), minlength=VOCAB)
     order = np.lexsort((np.arange(VOCAB), -counts))
     return torch.from_numpy(order[:size].astype(np.int64))
+
+
+def registered_roundtrip(kind: str, tmp_path, steps: int = 20, **train_options):
+    """Train ``kind`` through the trainer registry on a tiny feature cache
+    (``feature_root`` with train/val parts), then build its drafter through the
+    decoder's drafter registry from the saved folder. Returns (drafter, report, target)."""
+    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.loading import LoadedModel
+    from specloop.realmodels.training.trainer import TrainConfig, get_trainer
+    model = tiny_target(layers=3)
+    root = tmp_path / "features"
+    tiny_cache(model, root / "train", 4096, seed=0)
+    tiny_cache(model, root / "val", 1024, seed=1)
+    target = LoadedModel(model, None, "tiny", "test")
+    config = TrainConfig(target="tiny", kind=kind, steps=steps, batch_size=2, window=17, lr=3e-3,
+                         draft_vocab_size=64, quick=True, feature_root=str(root), out_dir=str(tmp_path / kind),
+                         **train_options)
+    report = get_trainer(kind)(config, loaded=target, progress=False)
+    drafter = make_drafter(kind, target, checkpoint=str(tmp_path / kind), train_if_missing=False, progress=False)
+    return drafter, report, target

@@ -174,3 +174,19 @@ def test_reset_errors(setup, trained):
     with pytest.raises(ValueError, match="expected 2"):
         drafter.reset(torch.tensor([1, 2, 3]), target_hidden=(torch.zeros(5, HIDDEN),))
     assert drafter.parameters() and all(p.requires_grad for p in drafter.parameters())
+
+
+def test_registered_trainer_saves_a_draft_the_registry_loads(tmp_path):
+    from tests.realmodels.heads_b_util import registered_roundtrip
+    drafter, report, target = registered_roundtrip("hydra", tmp_path)
+    assert report["optimizer_steps"] == 20 and report["draft_vocab_size"] == 64
+    assert 0.0 <= report["heldout_top1"] <= 1.0 and len(report["heldout_top1_per_step"]) == 5
+    assert report["positions_seen"] == 20 * 2 * 16 and report["cached_positions"] == 4096
+    assert drafter.name == "hydra" and drafter.train_report["heldout_top1"] == report["heldout_top1"]
+    prompt = token_stream(10, 3).tolist()
+    plain = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(0), eos_token_id=NO_EOS).generate(prompt, 12)
+    spec = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(5), eos_token_id=NO_EOS).generate(prompt, 12)
+    assert spec.new_tokens == plain.new_tokens
+    from specloop.realmodels.drafters.registry import make_drafter
+    with pytest.raises(FileNotFoundError, match="draft train"):
+        make_drafter("hydra", target, checkpoint=str(tmp_path / "nothing"), train_if_missing=False)

@@ -94,3 +94,15 @@ def test_greedy_speculative_equals_plain_greedy(trained, tree):
                                   eos_token_id=NO_EOS).generate(prompt, 30)
         assert spec.new_tokens == plain.new_tokens
         assert max(r.tree_depth for r in spec.trace) <= 3
+
+
+def test_registered_trainer_saves_a_draft_the_registry_loads(tmp_path):
+    from tests.realmodels.heads_b_util import registered_roundtrip
+    drafter, report, target = registered_roundtrip("medusa", tmp_path)
+    assert report["optimizer_steps"] == 20 and len(report["heldout_top1_per_step"]) == 5
+    assert drafter.name == "medusa" and drafter.parameters()
+    prompt = token_stream(10, 3).tolist()
+    plain = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(0), eos_token_id=NO_EOS).generate(prompt, 12)
+    spec = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(3, TreePlan(branching=(2, 2))),
+                              eos_token_id=NO_EOS).generate(prompt, 12)
+    assert spec.new_tokens == plain.new_tokens

@@ -113,3 +113,21 @@ def test_propose_before_reset_raises(trained):
         SmallLMDraftDrafter(draft).propose(request)
     with pytest.raises(ValueError, match="empty"):
         SmallLMDraftDrafter(draft).reset(torch.zeros(0, dtype=torch.long))
+
+
+def test_registered_trainer_saves_a_draft_the_registry_loads(tmp_path):
+    from tests.realmodels.heads_b_util import registered_roundtrip
+    drafter, report, target = registered_roundtrip("small-lm", tmp_path)
+    assert report["optimizer_steps"] == 20 and report["positions_seen"] == 20 * 2 * 17
+    assert drafter.name == "small-lm" and report["architecture"]["num_layers"] == 2
+    prompt = token_stream(10, 3).tolist()
+    plain = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(0), eos_token_id=NO_EOS).generate(prompt, 12)
+    spec = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(4), eos_token_id=NO_EOS).generate(prompt, 12)
+    assert spec.new_tokens == plain.new_tokens
+
+
+def test_small_lm_name_with_a_model_option_delegates_to_the_decoder_factory():
+    from specloop.realmodels.heads.head_drafting import make_distilled_small_lm_drafter
+    target = LoadedModel(tiny_target(), None, "tiny", "test")
+    with pytest.raises(FileNotFoundError):
+        make_distilled_small_lm_drafter(target, model="/nonexistent/model/dir")
