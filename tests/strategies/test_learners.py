@@ -339,3 +339,18 @@ def test_regret_sublinear_on_a_stationary_stream():
         assert path == 0.0
         ratios.append(regret / math.sqrt(T))
     assert ratios[-1] <= ratios[0] * 1.05
+
+
+def test_torch_parameters_with_autograd(learner_case):
+    """nn.Parameter inputs (requires_grad) give plain detached tensors, inputs untouched."""
+    factory, mode = learner_case
+    params = [torch.nn.Parameter(t) for t in init_params("torch")]
+    loss, grads = ce_oracle([p.detach() for p in params])
+    learner = factory(0)
+    if mode == "feedback":
+        learner.add_feedback(context=X, p_target=P)
+    before = _np(params)
+    out = learner.step(params, grads, loss, oracle=ce_oracle if mode == "oracle" else None)
+    assert all(not o.requires_grad for o in out)
+    for p, ref in zip(params, before):
+        np.testing.assert_array_equal(p.detach().numpy(), ref)
