@@ -36,6 +36,14 @@ def _version(package: str) -> str:
         return "not installed"
 
 
+def _load_average() -> str:
+    """The 1/5/15-minute load averages (timings on a shared machine depend on them)."""
+    try:
+        return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:  # pragma: no cover - platforms without getloadavg
+        return "unknown"
+
+
 def machine_info() -> dict:
     """Platform, Python, CPU count, accelerator, package versions, git commit and
     the UTC time, as a JSON-serialisable dict."""
@@ -45,6 +53,7 @@ def machine_info() -> dict:
         "processor": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
+        "load_average_1_5_15min": _load_average(),
         "git_commit": git_commit(),
     }
     try:

@@ -86,11 +86,18 @@ def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], mach
     claims = collect_claims(results)
     lines += ["## Verdicts on the papers' stated results", "",
               "Each verdict is computed from this run's numbers (never from the papers' text).", ""]
+    if claims:
+        counts = {v: sum(c["verdict"] == v for c in claims)
+                  for v in ("holds", "**does not hold**", "undecided")}
+        lines += [f"{counts['holds']} hold, {counts['**does not hold**']} do not hold, "
+                  f"{counts['undecided']} undecided.", ""]
     lines += [markdown_table(claims, ["claim", "source", "statement", "verdict", "evidence"])
               if claims else "No verdicts: no part that computes one finished.", ""]
     for res in results:
         lines += _part_section(res, out)
-    lines += ["## Machine and versions", ""]
+    lines += ["## Machine and versions", "",
+              "Timings depend on the load of the machine (load averages below, taken at the "
+              "end of the run).", ""]
     lines += [f"- {k}: {v}" for k, v in machine.items() if k != "versions"]
     lines += [f"- {k} {v}" for k, v in machine.get("versions", {}).items()]
     lines.append("")
