@@ -175,7 +175,8 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     step = 0
     for step in bar:
         for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, config.steps, config.lr, warmup=min(config.warmup, config.steps // 10 + 1))
+            group["lr"] = cosine_lr(step, config.steps, config.lr, warmup=min(config.warmup, config.steps // 10 + 1),
+                                    progress=None if config.time_limit_s is None else clock() / config.time_limit_s)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16_autocast):
             loss, stats = ttt_loss(head, batcher.sample(), t2d, vocab.d2t, config.ttt_steps)
         opt.zero_grad(set_to_none=True)

@@ -256,11 +256,17 @@ def top1_agreement(logits: torch.Tensor, d2t: torch.Tensor, target_top1: torch.T
     return int(hit.sum()), int(mask.sum())
 
 
-def cosine_lr(step: int, total: int, peak: float, warmup: int = 100) -> float:
-    """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine decay to 10 %."""
+def cosine_lr(step: int, total: int, peak: float, warmup: int = 100, progress: float | None = None) -> float:
+    """Linear warm-up to ``peak`` over ``warmup`` steps, then cosine decay to 10 %.
+
+    ``progress`` (0..1), when given and larger, overrides the step fraction — a
+    time-limited run passes elapsed / time_limit so its schedule still ends decayed.
+    """
     if step < warmup:
         return peak * (step + 1) / warmup
     frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    if progress is not None:
+        frac = min(1.0, max(frac, progress))
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
 
 
