@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "specloop.cli.simulate_cmd",
     "specloop.cli.ltd_cmd",
     "specloop.cli.draft_cmd",
+    "specloop.cli.generate_cmd",
 ]
 
 
