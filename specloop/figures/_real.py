@@ -151,7 +151,7 @@ def time_specloop(make_decoder: Callable[[], object], prompts: Sequence[Sequence
     return TimedRun(method, sum(len(o) for o in outputs), total, rounds, outputs)
 
 
-TRAINED_DRAFTERS = ("eagle", "eagle3", "hybrid", "medusa", "hydra")
+TRAINED_DRAFTERS = ("eagle", "eagle3", "hybrid", "medusa", "hydra", "small-lm")
 
 
 def saved_drafters(target, names: Sequence[str] = TRAINED_DRAFTERS) -> list[str]:
