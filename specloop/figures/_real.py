@@ -152,6 +152,7 @@ def time_specloop(make_decoder: Callable[[], object], prompts: Sequence[Sequence
 
 
 TRAINED_DRAFTERS = ("eagle", "eagle3", "hybrid", "medusa", "hydra", "small-lm")
+_UNTRAINED_CLASSES = {"SmallLMDrafter", "RetokenizingDrafter"}
 
 
 def saved_drafters(target, names: Sequence[str] = TRAINED_DRAFTERS) -> list[str]:
@@ -168,8 +169,10 @@ def saved_drafters(target, names: Sequence[str] = TRAINED_DRAFTERS) -> list[str]
         if name not in known:
             continue
         try:
-            registry.make_drafter(name, target, train_if_missing=False, progress=False)
+            drafter = registry.make_drafter(name, target, train_if_missing=False, progress=False)
         except (FileNotFoundError, ValueError, ImportError, KeyError):
             continue
+        if type(drafter).__name__ in _UNTRAINED_CLASSES:
+            continue  # e.g. "small-lm" falling back to an off-the-shelf LM (the target itself)
         found.append(name)
     return found
