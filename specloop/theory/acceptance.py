@@ -29,16 +29,18 @@ def acceptance_rate(p_target, q_draft) -> np.ndarray:
     Args:
         p_target, q_draft: (..., V) probability vectors.
     Returns:
-        float64 array of shape (...) in [0, 1] (0-d array for 1-D inputs).
+        float64 array of shape (...) in [0, 1] (0-d array for 1-D inputs); clipped to
+        [0, 1] because inputs are accepted with sums within 1e-6 of 1 and float sums
+        of exactly normalised vectors can exceed 1 by an ulp.
     """
     p, q = validate_pair(p_target, q_draft)
-    return np.minimum(p, q).sum(axis=-1)
+    return np.clip(np.minimum(p, q).sum(axis=-1), 0.0, 1.0)
 
 
 def total_variation(p_target, q_draft) -> np.ndarray:
-    """TV(p, q) = 1/2 sum_x |p(x) - q(x)|, shape (...), float64 in [0, 1]."""
+    """TV(p, q) = 1/2 sum_x |p(x) - q(x)|, shape (...), float64 clipped to [0, 1]."""
     p, q = validate_pair(p_target, q_draft)
-    return 0.5 * np.abs(p - q).sum(axis=-1)
+    return np.clip(0.5 * np.abs(p - q).sum(axis=-1), 0.0, 1.0)
 
 
 def kl_divergence(p_target, q_draft) -> np.ndarray:

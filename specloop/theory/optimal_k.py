@@ -7,12 +7,13 @@ gamma(k) = E[n_t](k) / (cost_ratio k + 1) (Eq. (7)), with E[n_t] counted by
 (1 - Acc^(k+1))/(1 - Acc); the proof of Corollary 4 uses "appendix", (1 - Acc^k)/(1 - Acc)).
 
 Exactness. E[n_t](k) is concave in k and the denominator affine, so gamma is strictly
-quasi-concave for 0 < Acc < 1: gamma(k+1) <= gamma(k) switches from false to true
-exactly once. `optimal_k_exact` binary-searches that switch in float64, then re-checks
-the neighbours of the result in exact rational arithmetic (``fractions.Fraction`` of
-the float inputs, which are exact binary rationals) whenever two neighbours are
-within 1e-12 relative of each other and k <= 20000, so ties and near-ties are decided
-exactly. Ties go to the smaller k.
+quasi-concave for 0 < Acc < 1: "gamma(k+1) > gamma(k)" switches from true to false
+exactly once, and the first k where it is false is the smallest maximiser (ties go to
+the smaller k). `optimal_k_exact` binary-searches that switch using the equivalent,
+cancellation-free test Acc^n(k) (c k + 1) > c E[n_t](k) in logs, and decides it in
+exact rational arithmetic (``fractions.Fraction`` of the float inputs, which are exact
+binary rationals) whenever the log margin is below 1e-9 and k <= 20000. Searches stop at k = 2^60 (reached only for
+cost ratios below about 1e-16).
 """
 from __future__ import annotations
 
@@ -74,24 +75,44 @@ def _search_upper(acc: float, ratio: float, convention: str) -> int:
     if reference <= 0.0:
         return 1
     bound = (1.0 / ((1.0 - acc) * reference) - 1.0) / ratio
-    return int(min(math.ceil(bound) + 2, _K_CEILING))
+    return _K_CEILING if not bound < _K_CEILING else int(math.ceil(bound)) + 2
 
 
-def _refine_exact(acc, ratio, convention, k, k_max):
-    def better(k_new, k_old):  # strictly better, exact when close
-        f_new, f_old = (speedup_scalar(acc, k_new, ratio, convention),
-                        speedup_scalar(acc, k_old, ratio, convention))
-        close = abs(f_new - f_old) <= 1e-12 * max(abs(f_new), abs(f_old), 1e-300)
-        if close and max(k_new, k_old) <= _EXACT_K_LIMIT:
-            return (_speedup_fraction(acc, k_new, ratio, convention)
-                    > _speedup_fraction(acc, k_old, ratio, convention))
-        return f_new > f_old
+def _n_tokens(k: int, convention: str) -> int:
+    """Number of terms of the geometric sum E[n_t](k) (before subtracting 1 for "accepted")."""
+    return k if convention == "appendix" else k + 1
 
-    while k > 0 and not better(k, k - 1):   # ties go to the smaller k
-        k -= 1
-    while k < k_max and better(k + 1, k):
-        k += 1
-    return k
+
+def _increase_margin(acc: float, ratio: float, convention: str, k: int) -> float:
+    """log of inc(k) (c k + 1) / (c N(k)); > 0 iff gamma(k+1) > gamma(k).
+
+    With N(k) = E[n_t](k) and inc(k) = N(k+1) - N(k) = Acc^n(k):
+    gamma(k+1) > gamma(k)  <=>  inc(k) (c k + 1) > c N(k). Computed in logs
+    (cancellation-free), so it stays accurate where gamma itself is flat in float64.
+    """
+    n = _n_tokens(k, convention)
+    log_a = math.log(acc)
+    tokens = -math.expm1(n * log_a) / (1.0 - acc)
+    if convention == "accepted":
+        tokens -= 1.0
+    if tokens <= 0.0:
+        return math.inf
+    return n * log_a + math.log1p(ratio * k) - math.log(ratio) - math.log(tokens)
+
+
+def _increases_exact(acc: float, ratio: float, convention: str, k: int) -> bool:
+    a, c = Fraction(acc), Fraction(ratio)
+    n = _n_tokens(k, convention)
+    tokens = (1 - a ** n) / (1 - a) - (1 if convention == "accepted" else 0)
+    return a ** n * (c * k + 1) > c * tokens
+
+
+def _increases(acc: float, ratio: float, convention: str, k: int) -> bool:
+    """gamma(k+1) > gamma(k), decided exactly (Fractions) when the float margin is < 1e-9."""
+    margin = _increase_margin(acc, ratio, convention, k)
+    if abs(margin) < 1e-9 and k <= _EXACT_K_LIMIT:
+        return _increases_exact(acc, ratio, convention, k)
+    return margin > 0.0
 
 
 def optimal_k_exact(acceptance_rate, cost_ratio, convention: str = "committed",
@@ -125,14 +146,13 @@ def optimal_k_exact(acceptance_rate, cost_ratio, convention: str = "committed",
         base = 1 if (convention == "appendix" and acc == 0.0) else 0
         return min(base, cap)
     lo, hi = 0, min(_search_upper(acc, ratio, convention), cap)
-    while lo < hi:  # first k with gamma(k+1) <= gamma(k)
+    while lo < hi:  # first k with gamma(k+1) <= gamma(k): the smallest maximiser
         mid = (lo + hi) // 2
-        if speedup_scalar(acc, mid + 1, ratio, convention) <= speedup_scalar(acc, mid, ratio,
-                                                                              convention):
-            hi = mid
-        else:
+        if _increases(acc, ratio, convention, mid):
             lo = mid + 1
-    return _refine_exact(acc, ratio, convention, min(lo, cap), cap)
+        else:
+            hi = mid
+    return lo
 
 
 def optimal_k_paper(acceptance_rate, cost_ratio):

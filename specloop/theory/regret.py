@@ -30,16 +30,18 @@ def corollary1_regret_bound(rounds, path_length, diameter, gradient_bound) -> np
     """OGD (Corollary 1, proof Appendix D.3): Reg_T <= D^2/eta + D P_T/eta + eta G^2 T/2.
 
     Evaluated at the proof's step size eta = D / (G sqrt(T)):
-    Reg_T <= D G sqrt(T) (3/2 + P_T). (The proof's telescoping actually gives the
-    smaller D^2/(2 eta) for the first term; we keep the constant the paper states.)
-    With G = 0 or D = 0 the bound is 0.
+    Reg_T <= G sqrt(T) (3 D / 2 + P_T). Note: the paper's last line writes the middle
+    term as D G sqrt(T) P_T, an algebra slip (D P_T / eta = G sqrt(T) P_T); the two agree
+    only for D = 1. (The proof's telescoping also gives the smaller D^2/(2 eta) for the
+    first term; we keep the expression the paper states.) With G = 0 the bound is 0;
+    D = 0 (a single point) gives 0 as well since then P_T = 0.
 
     Raises:
         ValueError: T < 1, or any argument negative / NaN / infinite.
     """
     t, p, d = _common(rounds, path_length, diameter)
     g = validate_nonnegative(gradient_bound, "gradient_bound")
-    return d * g * np.sqrt(t) * (1.5 + p)
+    return g * np.sqrt(t) * (1.5 * d + p)
 
 
 def corollary2_regret_bound(rounds, path_length, hint_error, diameter) -> np.ndarray:
