@@ -205,6 +205,15 @@ def _corollary4_grid() -> tuple[np.ndarray, np.ndarray]:
     return accs, ratios
 
 
+def _less(acc: float, ratio: float, k_a: int, k_b: int) -> bool:
+    """gamma(k_a) < gamma(k_b); exact rationals when float64 values are within 1e-12."""
+    f_a, f_b = speedup_scalar(acc, k_a, ratio), speedup_scalar(acc, k_b, ratio)
+    if abs(f_a - f_b) > 1e-12 * max(f_a, f_b):
+        return f_a < f_b
+    return (_speedup_fraction(acc, k_a, ratio, "committed")
+            < _speedup_fraction(acc, k_b, ratio, "committed"))
+
+
 def _check_corollary4() -> ClaimResult:
     tally = _Tally(lower=False)
     appendix_matches = mismatches = 0
@@ -226,9 +235,7 @@ def _check_corollary4() -> ClaimResult:
                        "speedup_paper": speedup_scalar(acc, k_round, ratio)}
             if tally.cases == 0 or efficiency < tally.worst:
                 worst_case = example
-            suboptimal = k_round != k_exact and (
-                _speedup_fraction(acc, k_round, ratio, "committed")
-                < _speedup_fraction(acc, k_exact, ratio, "committed"))
+            suboptimal = k_round != k_exact and _less(acc, ratio, k_round, k_exact)
             mismatches += k_round != k_exact
             tally.add(efficiency, suboptimal, (k_exact, acc, ratio), lambda e=example: e)
     return tally.result(
