@@ -53,17 +53,34 @@ def _cli(argv: list[str]) -> str:
     return buffer.getvalue()
 
 
-def _policy_name(cfg: dict, out: Path) -> str:
-    """The saved (or shipped) ``ltd-sim`` policy when there is one; otherwise a small
-    set trained here with ``specloop ltd train``, saved under ``out/policies/``."""
-    ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
-    require("specloop.cli.ltd_cmd", "register", why="the `specloop ltd` command (issue 8)")
+@contextlib.contextmanager
+def _policy_dir(folder: Path):
+    """Point `specloop.strategies.ltd`'s policy store (``SPECLOOP_LTD_DIR``) at
+    ``folder`` for the duration (policies trained here stay with the part)."""
+    import os
+    old = os.environ.get("SPECLOOP_LTD_DIR")
+    os.environ["SPECLOOP_LTD_DIR"] = str(folder)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SPECLOOP_LTD_DIR", None)
+        else:
+            os.environ["SPECLOOP_LTD_DIR"] = old
+
+
+def _saved_policy_exists(ltd) -> bool:
     try:
         ltd.load_policy(SAVED_POLICY)
-        return SAVED_POLICY
+        return True
     except FileNotFoundError:
-        pass
-    name = str(out.resolve() / "policies" / cfg["own_name"])   # a path: kept with the part
+        return False
+
+
+def _train_own(cfg: dict, out: Path) -> str:
+    """Train a policy set with ``specloop ltd train`` (call inside `_policy_dir`)."""
+    ltd = require("specloop.strategies.ltd", "load_policy")
+    name = cfg["own_name"]
     try:
         ltd.load_policy(name)
         ltd.load_policy(f"{name}-independent")
@@ -170,8 +187,15 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    name = _policy_name(cfg, out)
-    result = _evaluate(name, cfg, out)
+    ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
+    require("specloop.cli.ltd_cmd", "register", why="the `specloop ltd` command (issue 8)")
+    if _saved_policy_exists(ltd):
+        name = SAVED_POLICY
+        result = _evaluate(name, cfg, out)
+    else:
+        with _policy_dir(out.resolve() / "policies"):
+            name = _train_own(cfg, out)
+            result = _evaluate(name, cfg, out)
     write_json(out / "ltd_eval_sim.json", result)
     decisions = _decisions(out)
     cols = ("config", "mean_accepted_length", "tokens_per_s", "speedup_vs_best_static",
@@ -183,11 +207,11 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     return FigureResult(
         name=NAME, title="LTD: depth / verification-size distributions and ablations (simulator)",
         data_paths=data, image_paths=images, claims=_claims(result), table=table,
-        numbers={"policy": Path(name).name, "episodes": cfg["episodes"],
+        numbers={"policy": name, "episodes": cfg["episodes"],
                  "best_static_depth": result["best_static"]["depth"],
                  "best_static_verify_size": result["best_static"]["verify_size"],
                  "policy_overhead_fraction": overhead},
-        notes=[f"Policies: {Path(name).name} ({'saved / shipped ltd-sim' if name == SAVED_POLICY else 'trained by this figure with specloop ltd train'}).",
+        notes=[f"Policies: {name} ({'saved / shipped ltd-sim' if name == SAVED_POLICY else 'trained by this figure with specloop ltd train'}).",
                f"Cost source of the simulated tree world: {result.get('cost_source', 'unknown')}.",
                "Real-decoder LTD rows (transfer, fine-tuning) come from `specloop ltd eval --env real`; "
                "not run here."])
