@@ -32,9 +32,14 @@ class Tally:
         self.lower, self.cases, self.violations = lower, 0, 0
         self.worst = -math.inf if lower else math.inf
         self.best_key, self.counterexample = None, None
+        self.by_family: dict[str, list[int]] = {}  # family -> [cases, violations]
 
-    def add(self, ratio: float, violated: bool, key, example) -> None:
+    def add(self, ratio: float, violated: bool, key, example, family: str | None = None) -> None:
         self.cases += 1
+        if family is not None:
+            counts = self.by_family.setdefault(family, [0, 0])
+            counts[0] += 1
+            counts[1] += bool(violated)
         self.worst = max(self.worst, ratio) if self.lower else min(self.worst, ratio)
         if violated:
             self.violations += 1
@@ -42,5 +47,8 @@ class Tally:
                 self.best_key, self.counterexample = key, example()
 
     def result(self, claim: str, statement: str, **details) -> ClaimResult:
+        if self.by_family:
+            details["cases_and_violations_by_family"] = {
+                name: {"cases": c, "violations": v} for name, (c, v) in self.by_family.items()}
         return ClaimResult(claim, self.violations == 0, self.cases, self.violations,
                            float(self.worst), self.counterexample, statement, details)

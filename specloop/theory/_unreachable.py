@@ -110,7 +110,7 @@ def run_unreachable(rng: np.random.Generator, per_family: int) -> ClaimResult:
         lower = float(theorem1_bounds(reg, rounds, k, ratio)[0])
         tally.add(lower / gamma, lower > gamma * (1 + RTOL), (rounds * vocab, k, rounds),
                   lambda: _example(family, k, ratio, radius, accs, reg, gamma, lower,
-                                   (p, q, w, w_star)))
+                                   (p, q, w, w_star)), family)
     return tally.result(
         "theorem1_lower_unreachable",
         "Theorem 1 lower bound with Reg_T against w*_t = argmin over ||w|| <= D of CE(p_t, "

@@ -82,7 +82,7 @@ def _check_identity(rng, per_family: int) -> ClaimResult:
                 worst_dev = ratio
             tally.add(ratio, not (exact_ok and float_ok), (case.vocab,),
                       lambda: {"family": family, "vocab": case.vocab, **_vectors([case]),
-                               "acceptance_rate": acc, "one_minus_tv": one_minus_tv})
+                               "acceptance_rate": acc, "one_minus_tv": one_minus_tv}, family)
     tally.worst = worst_dev
     return tally.result("acc_equals_one_minus_tv",
                         "sum_x min(p, q) == 1 - TV(p, q): exact in integer arithmetic; float64 "
@@ -132,14 +132,18 @@ def _sequence_values(seq: _Sequence) -> dict[str, Any]:
             reg = mpmath.fsum(_exact.kl_mp(case) for case in seq.cases)
             denom = 1 + (k + 1) * mpmath.sqrt(reg / (2 * t))
             lower = (k + 1) * t / denom
+            cost = mpmath.mpf(c) * k + 1
             values = dict(committed=_exact.to_mpf(committed), accepted=_exact.to_mpf(accepted),
                           reg=reg, lemma_lower=lower, lemma_upper=mpmath.mpf((k + 1) * t),
-                          gamma_scale=t * (mpmath.mpf(c) * k + 1))
+                          gamma_scale=t * cost, theorem_lower=(k + 1) / (cost * denom),
+                          theorem_upper=(k + 1) / cost)
     else:
         reg = math.fsum(_exact.kl_float(case) for case in seq.cases)
         lower, upper = (float(v) for v in lemma1_bounds(reg, t, k))
+        theorem_lower, theorem_upper = (float(v) for v in theorem1_bounds(reg, t, k, c))
         values = dict(committed=float(committed), accepted=float(accepted), reg=reg,
-                      lemma_lower=lower, lemma_upper=upper, gamma_scale=t * (c * k + 1.0))
+                      lemma_lower=lower, lemma_upper=upper, gamma_scale=t * (c * k + 1.0),
+                      theorem_lower=theorem_lower, theorem_upper=theorem_upper)
     values["rtol"] = EXACT_RTOL if exact else FLOAT_RTOL
     values["exact"] = exact
     values["accs"] = [float(a) for a in accs]
@@ -162,15 +166,15 @@ def _tally_sequence(seq: _Sequence, tallies: dict[str, Any]) -> int:
     rtol, scale = v["rtol"], v["gamma_scale"]
     for name, true, bound in (("lemma1_tokens_committed", v["committed"], v["lemma_lower"]),
                               ("lemma1_accepted_only", v["accepted"], v["lemma_lower"]),
-                              ("theorem1_lower", v["committed"] / scale,
-                               v["lemma_lower"] / scale)):
-        upper_ok = true <= v["lemma_upper"] * (1 + rtol)
+                              ("theorem1_lower", v["committed"] / scale, v["theorem_lower"])):
+        upper_ok = true <= (v["lemma_upper"] if name.startswith("lemma") else
+                            v["theorem_upper"]) * (1 + rtol)
         violated = bound > true * (1 + rtol) or not upper_ok
         tallies[name].add(_ratio(bound, true), violated, seq.key(),
-                          lambda t=true, b=bound: _example(seq, v, t, b))
-    gamma, upper = v["committed"] / scale, v["lemma_upper"] / scale
+                          lambda t=true, b=bound: _example(seq, v, t, b), seq.family)
+    gamma, upper = v["committed"] / scale, v["theorem_upper"]
     tallies["theorem1_upper"].add(_ratio(upper, gamma), upper < gamma * (1 - rtol), seq.key(),
-                                  lambda: _example(seq, v, gamma, upper))
+                                  lambda: _example(seq, v, gamma, upper), seq.family)
     return int(v["exact"])
 
 
