@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["validate_distribution", "validate_pair", "validate_unit_interval",
+__all__ = ["validate_distribution", "validate_pair", "validate_unit_interval", "UNIT_TOLERANCE",
            "validate_nonnegative", "validate_num_draft_tokens", "SUM_TOLERANCE"]
 
 #: Largest accepted deviation of a probability vector's sum from 1.
@@ -84,15 +84,26 @@ def validate_pair(p_target, q_draft) -> tuple[np.ndarray, np.ndarray]:
     return np.broadcast_to(p, shape), np.broadcast_to(q, shape)
 
 
+#: Round-off accepted (and clipped away) at the ends of [0, 1] for probabilities.
+UNIT_TOLERANCE = 1e-12
+
+
 def validate_unit_interval(x, name: str = "acceptance_rate") -> np.ndarray:
-    """Return ``x`` as float64, raising ValueError on NaN or values outside [0, 1]."""
+    """Return ``x`` as float64 in [0, 1].
+
+    Values within ``UNIT_TOLERANCE`` (1e-12) outside [0, 1] are round-off from computed
+    probabilities and are clipped; anything further out raises.
+
+    Raises:
+        ValueError: NaN, or a value outside [-1e-12, 1 + 1e-12].
+    """
     arr = np.asarray(x, dtype=np.float64)
     if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN")
-    bad = (arr < 0.0) | (arr > 1.0)
+    bad = (arr < -UNIT_TOLERANCE) | (arr > 1.0 + UNIT_TOLERANCE)
     if bad.any():
         raise ValueError(f"{name} must lie in [0, 1], got {arr[bad].ravel()[0]!r}")
-    return arr
+    return np.clip(arr, 0.0, 1.0)
 
 
 def validate_nonnegative(x, name: str, allow_inf: bool = False) -> np.ndarray:

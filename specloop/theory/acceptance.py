@@ -113,7 +113,7 @@ def multidraft_sibling_acceptance(p_target, q_draft, num_siblings: int) -> np.nd
     reach = np.ones(p.shape[:-1])
     residual = p
     for j in range(int(num_siblings)):
-        beta = np.minimum(residual, q).sum(axis=-1)
+        beta = np.clip(np.minimum(residual, q).sum(axis=-1), 0.0, 1.0)
         out[..., j] = reach * beta
         reach = reach * np.clip(1.0 - beta, 0.0, 1.0)
         residual = residual_distribution(residual, q)

@@ -35,6 +35,10 @@ def test_chain_closed_form_and_limits():
     assert float(expected_tokens_chain(0.0, 4)) == 1.0
     assert float(expected_tokens_chain(0.7, 0)) == 1.0
     assert float(expected_tokens_chain(1 - 1e-12, 10)) == pytest.approx(11.0, rel=1e-9)
+    # round-off within 1e-12 of [0, 1] is clipped, anything further raises
+    assert float(expected_tokens_chain(1 + 1e-13, 3)) == 4.0
+    with pytest.raises(ValueError, match="acceptance_rate"):
+        expected_tokens_chain(1 + 1e-9, 3)
     grid = expected_tokens_chain(np.array([[0.2], [0.9]]), np.arange(4))
     assert grid.shape == (2, 4)
 
