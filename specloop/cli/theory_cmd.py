@@ -70,8 +70,7 @@ def _cmd_optimal_k(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(jsonable(report), indent=2))
         return 0
-    table = Table(title=f"Optimal candidate length (Acc = {args.acceptance_rate:g}, "
-                        f"cost_ratio = {args.cost_ratio:g})")
+    table = Table(title="Optimal candidate length k")
     table.add_column("quantity")
     table.add_column("value", justify="right")
     for key, value in report.items():
