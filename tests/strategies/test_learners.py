@@ -291,7 +291,7 @@ def _play(stream, learner, use_oracle=False):
 @given(convex_streams())
 def test_ogd_regret_under_corollary1(stream):
     """OGD with eta = D/(G sqrt T), D = 2R the diameter: Reg_T <= D G sqrt(T) + G sqrt(T) P_T
-    (App. D.3 telescoping with explicit constants) <= corollary1_regret_bound (D >= 1)."""
+    (App. D.3 telescoping with explicit constants) <= corollary1_regret_bound."""
     T, R, G = stream["rounds"], stream["radius"], stream["gradient_bound"]
     D = 2 * R
     regret, path, _ = _play(stream, OGD(D / (G * math.sqrt(T)), R))
