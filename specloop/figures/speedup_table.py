@@ -1,6 +1,10 @@
 """Figure (f): real-model speedup table against HF's decoding modes, on the embedded
 SmolLM2-135M-Instruct target with held-out HumanEval and MT-bench prompts.
 
+Source: ``benchmarks/decode.py`` (issue 5's benchmark: repeats, medians, float32 and
+bfloat16), run as a subprocess into the figure's folder, when the checkout has it;
+otherwise the same kind of measurement made here (one pass per method):
+
 Measured in one run, same machine, same prompts, greedy decoding: HF ``generate``
 (plain greedy: the baseline of every speedup), HF prompt lookup
 (``prompt_lookup_num_tokens``), and the specloop decoder with every drafter that is
@@ -11,12 +15,13 @@ specloop row also says whether its output is token-for-token identical to HF gre
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure, require,
-                                    save_figure, sizes, write_csv)
+                                    save_figure, scale, sizes, write_csv)
 from specloop.figures._real import (DEFAULT_TARGET, heldout_prompt_ids, load_target,
                                     saved_drafters, time_hf_generate, time_specloop)
 
@@ -24,6 +29,15 @@ __all__ = ["main", "SIZES", "TARGET_VS_PROMPT_LOOKUP"]
 
 NAME = "speedup_table"
 TARGET_VS_PROMPT_LOOKUP = 1.3  # issue 5: specloop tree n-gram >= 1.3x HF prompt lookup
+
+# benchmarks/decode.py arguments per scale (its defaults at full scale).
+DECODE_ARGS = {
+    "full": [],
+    "quick": ["--quick", "--max-verify", "16"],
+    "tiny": ["--prompts", "1", "--repeats", "1", "--max-new-tokens", "8", "--verify-repeats", "1",
+             "--max-verify", "2", "--lookup-tokens", "3", "--dtypes", "float32"],
+}
+TREE_METHODS = ("specloop_tree_ngram", "specloop-ngram-tree")
 
 SIZES = {
     "full": {"dtypes": ("float32", "bfloat16"), "prompts": {"humaneval": 8, "mt-bench": 8},
@@ -84,10 +98,48 @@ def _measure(dtype: str, cfg: dict) -> list[dict]:
     return rows
 
 
+def decode_script() -> Path | None:
+    """``benchmarks/decode.py`` of the checkout specloop runs from, or None (an
+    installed package without the benchmarks folder)."""
+    import specloop
+    path = Path(specloop.__file__).resolve().parents[1] / "benchmarks" / "decode.py"
+    return path if path.is_file() else None
+
+
+def _from_decode_benchmark(script: Path, quick: bool, out: Path) -> list[dict]:
+    """Run ``benchmarks/decode.py`` (a subprocess; its per-method progress goes to
+    stderr) into ``out`` and turn its JSON into table rows.
+
+    Raises:
+        RuntimeError: the benchmark exits non-zero.
+    """
+    import subprocess
+    import sys
+    result_path = out / "decode.json"
+    argv = [sys.executable, str(script), "--out", str(result_path),
+            "--verify-out", str(out / "decode_verify_cost.json"), *DECODE_ARGS[scale(quick)]]
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}")
+    data = json.loads(result_path.read_text(encoding="utf-8"))
+    rows = []
+    prompts = len(data.get("meta", {}).get("prompts", []))
+    for dtype, table in data["results"].items():
+        for method, row in table.items():
+            rows.append({"method": method, "dtype": dtype, "prompts": prompts,
+                         "new_tokens": row.get("new_tokens"), "tokens_per_s": row["tokens_per_s"],
+                         "mean_accepted_length": row.get("mean_accepted_length"),
+                         "speedup": row["speedup"],
+                         "speedup_vs_prompt_lookup": row.get("vs_hf_prompt_lookup"),
+                         "speedup_vs_best_plain": row.get("speedup_vs_best_plain"),
+                         "identical_to_greedy": None})
+    return rows
+
+
 def _claims(rows: list[dict]) -> list[dict]:
     claims = []
     for dtype in sorted({r["dtype"] for r in rows}):
-        tree = [r for r in rows if r["dtype"] == dtype and r["method"] == "specloop_tree_ngram"]
+        tree = [r for r in rows if r["dtype"] == dtype and r["method"] in TREE_METHODS]
         if tree:
             r = tree[0]
             claims.append({
@@ -97,7 +149,8 @@ def _claims(rows: list[dict]) -> list[dict]:
                 "holds": bool(r["speedup_vs_prompt_lookup"] >= TARGET_VS_PROMPT_LOOKUP),
                 "evidence": f"{r['speedup_vs_prompt_lookup']:.2f}x HF prompt lookup, "
                             f"{r['speedup']:.2f}x HF greedy ({dtype}, {r['prompts']} prompts)"})
-    spec = [r for r in rows if r["method"].startswith("specloop") and r["dtype"] == "float32"]
+    spec = [r for r in rows if r["method"].startswith("specloop") and r["dtype"] == "float32"
+            and r.get("identical_to_greedy") is not None]
     if spec:
         claims.append({
             "claim": "lossless_greedy_float32",
@@ -137,23 +190,32 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    rows = []
-    for dtype in cfg["dtypes"]:
-        rows += _measure(dtype, cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    script = decode_script()
+    if script is not None:
+        load_target(DEFAULT_TARGET)  # FigureUnavailable (not a subprocess error) if missing
+        rows = _from_decode_benchmark(script, quick, out)
+        source = f"benchmarks/decode.py {' '.join(DECODE_ARGS[scale(quick)])}".strip()
+    else:
+        rows = [row for dtype in cfg["dtypes"] for row in _measure(dtype, cfg)]
+        source = "measured by this figure (benchmarks/decode.py not present)"
     if not rows:
         raise FigureUnavailable("no measurement rows")
     data = write_csv(out / f"{NAME}.csv", rows)
     images = _plot(rows, out)
     cols = ("method", "dtype", "tokens_per_s", "mean_accepted_length", "speedup",
             "speedup_vs_prompt_lookup", "identical_to_greedy")
+    base = next(r for r in rows if r["method"] in ("hf_greedy", "hf-greedy"))
     return FigureResult(
         name=NAME, title="real-model speedup vs HF decoding modes (SmolLM2-135M, greedy)",
         data_paths=[data], image_paths=images, claims=_claims(rows),
-        table=[{c: r[c] for c in cols} for r in rows],
-        numbers={"prompts": rows[0]["prompts"], "max_new_tokens": cfg["max_new_tokens"],
-                 "hf_greedy_tokens_per_s": rows[0]["tokens_per_s"]},
-        notes=["Speedup = tokens/s of the method / tokens/s of HF greedy generate, same run; "
-               "timing covers each whole generate call (prefill included).",
+        table=[{c: r.get(c) for c in cols} for r in rows],
+        numbers={"prompts": rows[0]["prompts"], "hf_greedy_tokens_per_s": base["tokens_per_s"],
+                 "source": source},
+        notes=[f"Source: {source}.",
+               "Speedup = tokens/s of the method / tokens/s of HF greedy generate in the same "
+               "precision, same run; timing covers each whole generate call (prefill included).",
+               "speedup_vs_prompt_lookup: against the best HF prompt-lookup setting measured.",
                "mean_accepted_length = committed tokens per round (specloop rows only).",
                "HF assisted generation needs a separate small draft model with the target's "
-               "tokenizer; none ships in a package (issue 6 distils one), so it is not measured here."])
+               "tokenizer (benchmarks/decode.py --draft-model); none ships in a package."])
