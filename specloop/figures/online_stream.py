@@ -123,13 +123,23 @@ def _baseline_chunks(target, prompts: list, cfg: dict) -> list[dict]:
     return rows
 
 
+_FROZEN_NAMES = {"vanilla-sd", "vanilla sd", "vanilla", "sd", "hydra", "medusa", "eagle", "eagle3",
+                 "eagle-3", "small-lm", "ngram", "frozen"}
+
+
+def _is_online(method: str) -> bool:
+    """OnlineSpec Table 1 naming: OSD-*, Opt-*, Ens-* and combinations adapt online;
+    Vanilla SD, Hydra, Medusa, EAGLE(-3) rows are the frozen drafts."""
+    name = method.strip().lower()
+    return not ("frozen" in name or name in _FROZEN_NAMES)
+
+
 def _rows_from_stream_json(data: dict) -> list[dict]:
     rows = []
     for method, summary in data.get("methods", {}).items():
         per_chunk = summary.get("per_chunk") or []
         tps = summary.get("per_chunk_tokens_per_s") or [float("nan")] * len(per_chunk)
-        online = not any(w in method.lower() for w in ("frozen", "vanilla")) and \
-            method.lower() not in ("eagle", "eagle3", "hydra", "medusa", "small-lm", "ngram")
+        online = summary["online"] if "online" in summary else _is_online(method)
         for i, (tau, rate) in enumerate(zip(per_chunk, tps)):
             rows.append({"method": method, "online": online, "chunk": i, "datasets": "",
                          "mean_accepted_length": tau, "tokens_per_s": rate})

@@ -161,3 +161,41 @@ def test_helpers(tmp_path):
         write_csv(tmp_path / "y.csv", [])
     result = FigureResult("n", "t", data_paths=[path], numbers={"x": float("nan")})
     assert FigureResult.from_dict(result.to_dict()).data_paths == [path]
+
+
+def _trace(tokens_per_round, seconds_per_round=0.1):
+    from specloop.record import RoundRecord, Trace
+    return Trace([RoundRecord(round_index=i, stream_index=0, num_draft_tokens=4, tree_depth=4,
+                              verified_tokens=5, accepted_tokens=n - 1, tokens_per_round=n,
+                              draft_time=seconds_per_round / 2, verify_time=seconds_per_round / 2)
+                  for i, n in enumerate(tokens_per_round)])
+
+
+def test_chunk_summaries():
+    from specloop.figures.online_stream import chunk_summaries
+    rows = chunk_summaries([_trace([1, 3]), _trace([2]), _trace([5, 5])], chunk=2)
+    assert [r["chunk"] for r in rows] == [0, 1]
+    assert rows[0]["mean_accepted_length"] == pytest.approx(2.0)      # 6 tokens / 3 rounds
+    assert rows[0]["tokens_per_s"] == pytest.approx(6 / 0.3)
+    assert rows[1]["mean_accepted_length"] == pytest.approx(5.0) and rows[1]["prompts"] == 1
+    with pytest.raises(ValueError, match="chunk"):
+        chunk_summaries([], chunk=0)
+
+
+def test_stream_json_rows_claims_and_plot(tmp_path):
+    """Rows from `specloop stream --json` (issue 7's interface), the online-vs-frozen
+    verdicts and the plot."""
+    from specloop.figures.online_stream import ONLINE_TARGET_GAIN, _claims, _plot, _rows_from_stream_json
+    data = {"methods": {
+        "EAGLE": {"mean_accepted_length": 2.0, "per_chunk": [2.0, 1.8, 2.2]},
+        "Ens-EAGLE": {"mean_accepted_length": 2.3, "per_chunk": [2.1, 2.3, 2.5]}}}
+    rows = _rows_from_stream_json(data)
+    assert {(r["method"], r["online"]) for r in rows} == {("EAGLE", False), ("Ens-EAGLE", True)}
+    verdict = {c["claim"]: c["holds"] for c in _claims(rows)}
+    assert verdict["online_beats_frozen_stream"] is True
+    assert verdict["online_tau_gain_20pct"] is (2.3 / 2.0 >= ONLINE_TARGET_GAIN)
+    assert all(p.exists() for p in _plot(rows, tmp_path))
+    frozen_only = [r for r in rows if not r["online"]]
+    assert _claims(frozen_only)[0]["holds"] is None        # undecided, never invented
+    with pytest.raises(FigureUnavailable):
+        _rows_from_stream_json({"methods": {}})
