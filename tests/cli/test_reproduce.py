@@ -125,3 +125,26 @@ def test_interrupted_part_has_no_marker(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_part(Part("p", "p", killed), tmp_path)
     assert not (tmp_path / "p" / DONE_MARKER).exists()
+
+
+def test_report_helpers():
+    from specloop.report.machine import machine_info
+    from specloop.report.parts import PartResult
+    from specloop.report.writer import collect_claims, markdown_table
+    table = markdown_table([{"a": 1.23456, "b": "x|y", "c": None}])
+    assert table.splitlines() == ["| a | b | c |", "|---|---|---|", "| 1.235 | x\\|y | — |"]
+    assert markdown_table([]) == ""
+    results = [
+        PartResult("theory", "ok", data={"claims": [{"claim": "c1", "holds": False, "cases": 3,
+                                                      "violations": 1, "worst_ratio": 2.0}]}),
+        PartResult("fig", "ok", figure={"claims": [{"claim": "c2", "statement": "s",
+                                                    "holds": None, "evidence": "e"}]}),
+        PartResult("gone", "unavailable", "not landed",
+                   figure={"claims": [{"claim": "never", "holds": True}]}),
+    ]
+    rows = collect_claims(results)
+    assert [(r["claim"], r["verdict"]) for r in rows] == [("c1", "**does not hold**"),
+                                                          ("c2", "undecided")]
+    info = machine_info()
+    assert {"platform", "cpu_count", "git_commit", "versions"} <= set(info)
+    assert {"torch", "transformers", "numba"} <= set(info["versions"])
