@@ -37,12 +37,23 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class _CachedLM:
-    """A causal LM plus a KV cache and the list of token ids the cache holds."""
+    """A causal LM plus a KV cache and the list of token ids the cache holds.
+
+    Context ids the draft cannot embed (>= its vocabulary size, possible when a
+    smaller draft vocabulary is zero-padded) are fed as id 0: the draft then
+    conditions on a slightly different context, which lowers acceptance but never
+    affects the output distribution.
+    """
 
     def __init__(self, model):
         self.model = model
         self.cache = new_cache()
         self.ids: list[int] = []
+        self.vocab = int(model.get_input_embeddings().weight.shape[0])
+
+    def _feed(self, tokens: list[int]) -> torch.Tensor:
+        ids = torch.tensor(tokens, dtype=torch.long)
+        return torch.where(ids < self.vocab, ids, torch.zeros_like(ids))
 
     def reset(self) -> None:
         self.cache = new_cache()
@@ -54,14 +65,14 @@ class _CachedLM:
         keep = min(_common_prefix(self.ids, seq), len(seq) - 1)
         crop(self.cache, keep)
         self.ids = self.ids[:keep]
-        out = causal_forward(self.model, self.cache, torch.tensor(seq[keep:], dtype=torch.long))
+        out = causal_forward(self.model, self.cache, self._feed(seq[keep:]))
         self.ids.extend(seq[keep:])
         logits = out.logits[0, -1].float()
         check_finite(logits, "draft model")
         return logits
 
     def step(self, token: int) -> torch.Tensor:
-        out = causal_forward(self.model, self.cache, torch.tensor([token], dtype=torch.long))
+        out = causal_forward(self.model, self.cache, self._feed([token]))
         self.ids.append(token)
         logits = out.logits[0, -1].float()
         check_finite(logits, "draft model")
@@ -184,7 +195,7 @@ class SmallLMDrafter(BaseDrafter):
             positions.append(base - 1 + depth)
         param = next(self.lm.model.parameters())
         mask = additive_mask(visible, param.dtype, param.device)
-        ids = torch.tensor([tokens[j] for j in new_nodes], dtype=torch.long)
+        ids = self.lm._feed([tokens[j] for j in new_nodes])
         out = model_forward(self.lm.model, self.lm.cache, ids, mask, torch.tensor([positions]))
         logits = out.logits[0].float()
         check_finite(logits, "draft model")

@@ -1,0 +1,94 @@
+"""Shared helpers for the decoder tests: tiny randomly initialised Llama models
+(built in the test, no downloads) and a plain greedy reference."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
+from specloop.realmodels.loading import LoadedModel
+
+
+def tiny_llama(vocab: int = 12, seed: int = 0, layers: int = 2, hidden: int = 16,
+               max_positions: int = 64, scale: float = 1.0, init_range: float = 0.4):
+    """A tiny LlamaForCausalLM with random weights, float32, eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden,
+                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1,
+                         max_position_embeddings=max_positions, bos_token_id=0, eos_token_id=vocab - 1,
+                         pad_token_id=None, tie_word_embeddings=False, attn_implementation="sdpa",
+                         initializer_range=init_range)
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.mul_(scale)
+    model.eval()
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model
+
+
+def as_loaded(model, name: str = "tiny") -> LoadedModel:
+    return LoadedModel(model=model, tokenizer=None, name=name, source="test")
+
+
+def plain_greedy(model, prompt: list[int], max_new_tokens: int, eos: int | None = None) -> list[int]:
+    """Reference: token-by-token argmax decoding without any cache."""
+    seq = list(prompt)
+    out: list[int] = []
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            logits = model(torch.tensor([seq])).logits[0, -1]
+            tok = int(logits.argmax())
+            out.append(tok)
+            seq.append(tok)
+            if eos is not None and tok == eos:
+                break
+    return out
+
+
+class SpyDrafter(BaseDrafter):
+    """Wraps a drafter and records every proposal and feedback."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = "spy"
+        self.needs_target_hidden = getattr(inner, "needs_target_hidden", ())
+        self.proposals: list[DraftProposal] = []
+        self.feedback = []
+
+    def reset(self, prompt_ids, *, target_hidden=None):
+        self.inner.reset(prompt_ids, target_hidden=target_hidden)
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        proposal = self.inner.propose(request)
+        self.proposals.append(proposal)
+        return proposal
+
+    def observe(self, feedback):
+        self.feedback.append(feedback)
+        self.inner.observe(feedback)
+
+
+class FixedDrafter(BaseDrafter):
+    """Proposes a fixed list of tokens as a chain every round (deterministic)."""
+
+    name = "fixed"
+
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        k = min(request.plan.num_draft_tokens, request.max_tokens, len(self.tokens))
+        return DraftProposal.chain(self.tokens[:k])
+
+
+@pytest.fixture(scope="module", autouse=False)
+def one_thread():
+    """Run a module with one torch thread (restored after): on a shared 2-core
+    machine OpenMP spinning makes tiny-model forwards ~50x slower with 2 threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
