@@ -21,6 +21,11 @@ as `build_tree`'s pruning) is greedy or recursive rejection sampling with point-
 proposals (SpecInfer Alg. 2; lossless), in NumPy here; `tests/sim/test_ltd_env.py`
 checks it against `specloop.sim.trees.simulate_tree_tables`.
 
+Randomness: each prompt splits its generator into a *world* stream (regime, regime
+switches, root contexts, prompt length) and a *verification* stream, so policies
+evaluated with the same seed meet the same text (common random numbers: their
+tokens/s differences are not swamped by which regimes the prompts happened to hit).
+
 Costs (`TableCost`): verify time = the measured table at V + 1 tokens
 (``specloop/sim/data``; without it, the SmolLM2-135M CPU numbers of DESIGN.md); a
 draft step costs ``draft_cost_ratio`` x one target forward (stated ratio: an
@@ -230,7 +235,7 @@ class SimTreeEngine:
         self.target_time = world.cost_model.target_time
         self.rounds_done = 0
         self.episode = 0
-        self._rng = np.random.default_rng(0)
+        self._rng = self._world_rng = np.random.default_rng(0)
 
     @property
     def episode_done(self) -> bool:
@@ -239,19 +244,23 @@ class SimTreeEngine:
     def reset(self, rng: np.random.Generator, episode: int = 0) -> None:
         """Start a prompt: regime, prompt length L, round counter; ``episode`` is
         written as the records' stream_index."""
-        self._rng = rng
+        seeds = rng.integers(0, 2**63 - 1, size=2)
+        self._world_rng = np.random.default_rng(seeds[0])   # regimes, root contexts, prompt length
+        self._rng = np.random.default_rng(seeds[1])         # verification uniforms
         lo, hi = self.world.options.prompt_length
-        self.regime = int(rng.integers(self.world.num_regimes))
-        self.context_length = int(rng.integers(lo, hi + 1))
+        self.regime = int(self._world_rng.integers(self.world.num_regimes))
+        self.context_length = int(self._world_rng.integers(lo, hi + 1))
         self.rounds_done = 0
         self.episode = int(episode)
 
     def begin_round(self) -> DraftStep:
         """Maybe switch regime, draw the root context, draft depth 1."""
         o = self.world.options
-        if self.world.num_regimes > 1 and self._rng.random() < o.regime_switch_prob:
-            self.regime = int((self.regime + self._rng.integers(1, self.world.num_regimes)) % self.world.num_regimes)
-        self._info = self.world.tree(self.regime, int(self._rng.integers(o.num_contexts)))
+        wrng, regimes = self._world_rng, self.world.num_regimes
+        switch, step, context = wrng.random(), int(wrng.integers(1, max(regimes, 2))), int(wrng.integers(o.num_contexts))
+        if regimes > 1 and switch < o.regime_switch_prob:
+            self.regime = (self.regime + step) % regimes
+        self._info = self.world.tree(self.regime, context)
         self.depth = 1
         return self._step()
 

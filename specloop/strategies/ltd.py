@@ -228,10 +228,33 @@ class MLPActor(nn.Module):
         """float32 (..., obs_dim) -> action logits float32 (..., num_actions)."""
         return self.action_net(self.body(obs))
 
-    @torch.inference_mode()
     def act(self, obs: np.ndarray) -> int:
-        """Greedy action for one observation (float32 (obs_dim,))."""
-        return int(self.forward(torch.from_numpy(obs)).argmax())
+        """Greedy action for one observation (float32 (obs_dim,)): argmax of the same
+        logits as `forward`, computed on float32 NumPy copies of the weights (a
+        per-call cost of a few microseconds instead of torch's dispatch overhead;
+        the copies are refreshed by ``load_state_dict`` / `refresh`)."""
+        x = np.asarray(obs, dtype=np.float32)
+        layers = self._numpy_layers()
+        for weight, bias in layers[:-1]:
+            x = np.tanh(weight @ x + bias)
+        weight, bias = layers[-1]
+        return int(np.argmax(weight @ x + bias))
+
+    def _numpy_layers(self) -> list:
+        if getattr(self, "_np_layers", None) is None:
+            self.refresh()
+        return self._np_layers
+
+    def refresh(self) -> None:
+        """Re-copy the weights used by `act` (call after editing parameters in place)."""
+        linears = [m for m in self.body if isinstance(m, nn.Linear)] + [self.action_net]
+        self._np_layers = [(m.weight.detach().cpu().float().numpy().copy(),
+                            m.bias.detach().cpu().float().numpy().copy()) for m in linears]
+
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        out = super().load_state_dict(state_dict, strict=strict, assign=assign)
+        self._np_layers = None
+        return out
 
     @torch.inference_mode()
     def probs(self, obs: np.ndarray) -> np.ndarray:

@@ -7,16 +7,22 @@ The environments are engine-agnostic: an *engine* is anything with the
 real decoder's `specloop.realmodels.ltd_env.RealTreeEngine`), so one definition of
 observation, action and reward serves both halves:
 
-* `DepthEnv`: one step per draft step. Observation `depth_observation`; action
-  1 = continue (draft one more level), 0 = stop (then the size side -- a fixed V or
-  a trained size policy -- picks V, the target verifies, reward = `cycle_reward`).
-  Intermediate steps have reward 0. Reaching ``max_depth`` forces a stop.
+* `DepthEnv`: one step per draft step; an episode is one draft-and-verify cycle.
+  Observation `depth_observation`; action 1 = continue (draft one more level),
+  0 = stop (then the size side -- a fixed V or a trained size policy -- picks V,
+  the target verifies, reward = `cycle_reward`, the episode terminates).
+  Intermediate steps have reward 0; reaching ``max_depth`` forces a stop. With one
+  cycle per episode the return is gamma^(D-1) R_t, which LTD's gamma = 0.999 leaves
+  almost undiscounted; a multi-cycle episode would instead reward short cycles
+  (more cycles per env step), the premature-stop bias LTD's gamma avoids.
+  ``reset()`` without a seed continues the same prompt; with a seed (or once the
+  prompt is finished) it starts a new one.
 * `SizeEnv`: one step per cycle. The depth side (uniform random depth 1..max_depth
   as in LTD's initial training, or a trained depth policy) drafts the tree;
   observation `size_observation`; action = index into ``config.verify_sizes``.
 
-An episode is one prompt (until ``engine.episode_done``); it is truncated, never
-terminated.
+A `SizeEnv` episode is one prompt (until ``engine.episode_done``): truncated, never
+terminated (the size choice barely changes the next state; LTD's gamma = 0.9).
 """
 from __future__ import annotations
 
@@ -109,7 +115,8 @@ class DepthEnv(_EnvBase):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self.engine.reset(self.np_random)
+        if seed is not None or self._step is None or self.engine.episode_done:
+            self.engine.reset(self.np_random)
         self._step = self.engine.begin_round()
         return self._obs(), {}
 
@@ -122,10 +129,7 @@ class DepthEnv(_EnvBase):
         cands = self.engine.candidates()
         size = self.size_chooser(cands) if self.size_chooser else self.fixed_verify_size
         record = self.engine.finish(int(size))
-        truncated = self._truncated()
-        if not truncated:
-            self._step = self.engine.begin_round()
-        return self._obs(), self._reward(record), False, truncated, {"record": record.to_dict()}
+        return self._obs(), self._reward(record), True, False, {"record": record.to_dict()}
 
 
 class SizeEnv(_EnvBase):

@@ -194,3 +194,18 @@ def test_shipped_pretrained_policy_loads_if_present():
         policy = load_policy(path)
         assert policy.depth_actor is not None or policy.size_actor is not None
         assert math.isfinite(sum(float(p.sum()) for p in (policy.depth_actor or policy.size_actor).parameters()))
+
+
+def test_actor_numpy_fast_path_matches_torch_and_refreshes():
+    depth, size = _actors(5)
+    rng = np.random.default_rng(0)
+    for actor in (depth, size):
+        for _ in range(50):
+            obs = rng.random(actor.obs_dim).astype(np.float32)
+            assert actor.act(obs) == int(actor(torch.from_numpy(obs)).argmax())
+    obs = rng.random(depth.obs_dim).astype(np.float32)
+    state = {k: v.clone() for k, v in depth.state_dict().items()}
+    state["action_net.bias"] = torch.tensor([0.0, 1e6]) if depth.act(obs) == 0 else torch.tensor([1e6, 0.0])
+    before = depth.act(obs)
+    depth.load_state_dict(state)
+    assert depth.act(obs) == 1 - before
