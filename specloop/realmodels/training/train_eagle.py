@@ -151,10 +151,10 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     if corpus_ids.is_file():  # the whole corpus's token counts, even before its features exist
         counts += np.bincount(np.load(corpus_ids), minlength=counts.size)[: counts.size]
     val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
-    init = None
+    init, init_meta = None, {}
     if config.init_from:
         from specloop.realmodels.heads.common import load_draft
-        init, _ = load_draft(config.target, config.kind, config.init_from)
+        init, init_meta = load_draft(config.target, config.kind, config.init_from)
         vocab = ReducedVocab(init.pop("d2t").long(), int(target_cfg.vocab_size))
     else:
         size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
@@ -208,6 +208,13 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         "vocab_coverage_heldout_top1": vocab.coverage(val_top1),
         "feature_dtype": train_parts[0].meta.get("dtype", "float32"),
     }
+    # totals over a continued run (init_from) and the runs before it
+    report["train_seconds_total"] = report["train_seconds"] + float(
+        init_meta.get("train_seconds_total", init_meta.get("train_seconds", 0.0)))
+    report["positions_seen_total"] = report["positions_seen"] + int(
+        init_meta.get("positions_seen_total", init_meta.get("positions_seen", 0)))
+    report["optimizer_steps_total"] = report["optimizer_steps"] + int(
+        init_meta.get("optimizer_steps_total", init_meta.get("optimizer_steps", 0)))
     tensors = {**head.state_for_saving(), "d2t": vocab.d2t}
     folder = save_draft(tensors, report, config.target, config.kind,
                         Path(config.out_dir) if config.out_dir else None)
