@@ -45,8 +45,13 @@ def model_folder() -> str:
 
 
 def measure(model, torch, cache_len: int, max_tokens: int, repeats: int, warmup: int,
-            seed: int) -> dict:
-    """Median seconds of one forward over n new tokens after a cache_len-token cache."""
+            seed: int, clock=time.perf_counter) -> dict:
+    """Median seconds of one forward over n new tokens after a cache_len-token cache.
+
+    ``clock`` is ``time.perf_counter`` (wall clock) or ``time.thread_time`` (CPU
+    seconds of the calling thread: with one torch thread, the forward's compute time,
+    insensitive to other processes competing for the cores).
+    """
     from transformers import DynamicCache
 
     gen = torch.Generator().manual_seed(seed)
@@ -61,9 +66,9 @@ def measure(model, torch, cache_len: int, max_tokens: int, repeats: int, warmup:
             extra = cache.get_seq_length() - cache_len
             if extra > 0:
                 cache.crop(-extra)  # transformers 5: a negative count removes tokens
-            start = time.perf_counter()
+            start = clock()
             model(input_ids=new[:, :n], past_key_values=cache, use_cache=True)
-            return time.perf_counter() - start
+            return clock() - start
 
         for _ in range(warmup):
             for n in (1, max_tokens // 2, max_tokens):
@@ -89,6 +94,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--clock", choices=("wall", "thread-cpu"), default="wall",
+                        help="wall: wall-clock seconds (needs a quiet machine); thread-cpu: "
+                             "CPU seconds of one torch thread (robust to other processes)")
     args = parser.parse_args(argv)
     if args.cache_len < 1 or args.max_tokens < 1 or args.repeats < 1:
         parser.error("--cache-len, --max-tokens and --repeats must be >= 1")
@@ -97,6 +105,10 @@ def main(argv=None) -> int:
     import transformers
     from transformers import AutoModelForCausalLM
 
+    clock = time.perf_counter
+    if args.clock == "thread-cpu":
+        torch.set_num_threads(1)  # the forward then runs on the calling thread only
+        clock = time.thread_time
     folder = model_folder()
     load_avg_before = os.getloadavg()
     start = time.perf_counter()
@@ -107,7 +119,7 @@ def main(argv=None) -> int:
     for dtype in args.dtypes.split(","):
         model = model.to(getattr(torch, dtype))
         tables[dtype] = measure(model, torch, args.cache_len, args.max_tokens, args.repeats,
-                                args.warmup, args.seed)
+                                args.warmup, args.seed, clock)
         print(f"{dtype}: " + ", ".join(f"{n}:{s * 1e3:.1f}ms" for n, s in
                                        zip(tables[dtype]["num_tokens"], tables[dtype]["seconds"])
                                        if n in (1, 4, 8, 16, 32)), file=sys.stderr)
@@ -120,6 +132,9 @@ def main(argv=None) -> int:
         "torch": torch.__version__, "transformers": transformers.__version__,
         "cache_len": args.cache_len, "repeats": args.repeats, "warmup": args.warmup,
         "statistic": "median seconds of one forward over num_tokens new tokens",
+        "clock": ("wall-clock seconds" if args.clock == "wall" else
+                  "CPU seconds of the single torch thread (time.thread_time); contention-robust, "
+                  "a one-core cost: a quiet multi-core wall clock is lower"),
         "load_seconds": load_seconds,
         "load_average_before": load_avg_before, "load_average_after": load_avg_after,
         "contention": ("shared machine: the 1-minute load average was "
