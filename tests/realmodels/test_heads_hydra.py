@@ -190,3 +190,15 @@ def test_registered_trainer_saves_a_draft_the_registry_loads(tmp_path):
     from specloop.realmodels.drafters.registry import make_drafter
     with pytest.raises(FileNotFoundError, match="draft train"):
         make_drafter("hydra", target, checkpoint=str(tmp_path / "nothing"), train_if_missing=False)
+
+
+def test_frozen_lm_head_stays_the_targets_rows(setup):
+    model, train, val = setup
+    heads = make_heads(model, frequency_vocab(train, V_D))
+    before = heads.lm_head.proj.weight.detach().clone()
+    first = heads.heads[0].in_proj.weight.detach().clone()
+    train_hydra_heads(heads, train, val, LoopConfig(steps=5, batch_size=16, lr=1e-2, warmup=1),
+                      HydraTrainConfig(eval_positions=64, train_lm_head=False), progress=False)
+    assert torch.equal(heads.lm_head.proj.weight, before)
+    assert torch.equal(before, model.lm_head.weight[heads.lm_head.draft_to_target])
+    assert not torch.equal(heads.heads[0].in_proj.weight, first)

@@ -36,11 +36,14 @@ class HydraTrainConfig:
         feature_weight: weight of the SmoothL1 feature-regression term.
         head_decay: geometric weight of head i's loss (decay^(i-1)).
         eval_positions: held-out anchors for top-1 agreement.
+        train_lm_head: also train the reduced LM head (False: keep the target's
+            LM-head rows frozen, as EAGLE does; less over-fitting on small data).
     """
 
     feature_weight: float = 1.0
     head_decay: float = 0.8
     eval_positions: int = 2048
+    train_lm_head: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -143,6 +146,7 @@ def train_hydra_heads(heads: HydraHeads, train_part, val_part, loop: LoopConfig,
     horizon = heads.config.num_heads
     sampler = PartSampler(train_part, horizon, loop.batch_size)
     val = fixed_eval_batch(val_part, horizon, cfg.eval_positions)
+    heads.lm_head.proj.weight.requires_grad_(cfg.train_lm_head)
 
     def loss_fn(rng):
         return hydra_loss(heads, sampler(rng), cfg)
