@@ -5,8 +5,9 @@ against online drafts — OnlineSpec's per-chunk curves.
 Sources, in order of preference:
 
 1. ``specloop stream`` (issue 7), when that command exists: it serves the stream
-   with frozen and online-adapted drafts and reports per-chunk numbers.
-2. Otherwise this module serves the stream itself with the real decoder on the
+   with frozen and online-adapted drafts (Hydra, OSD-Hydra, Opt-Hydra at the quick
+   scale) and reports per-chunk numbers and its greedy baseline.
+2. Otherwise (no command, or no method it could run) this module serves the stream itself with the real decoder on the
    embedded SmolLM2-135M target, for every draft it can run *frozen* (n-gram prompt
    lookup; trained heads whose checkpoint is saved), plus plain HF greedy decoding
    of the same prompts as the tokens/s reference. No online curve exists then, and
@@ -33,10 +34,14 @@ DATASET_ORDER = ("humaneval", "mt-bench", "ifbench")
 ONLINE_TARGET_GAIN = 1.2  # issue 7: online >= +20 % mean accepted length over frozen
 
 SIZES = {
-    "full": {"per_dataset": 8, "chunk": 4, "max_new_tokens": 128, "k": 6},
-    "quick": {"per_dataset": 2, "chunk": 2, "max_new_tokens": 48, "k": 6},
-    "tiny": {"per_dataset": 1, "chunk": 1, "max_new_tokens": 10, "k": 3},
+    "full": {"per_dataset": 8, "chunk": 4, "max_new_tokens": 128, "k": 4,
+             "methods": ("hydra", "osd-hydra", "opt-hydra", "ens-hydra", "eagle", "ens-eagle")},
+    "quick": {"per_dataset": 2, "chunk": 2, "max_new_tokens": 48, "k": 4,
+              "methods": ("hydra", "osd-hydra", "opt-hydra")},
+    "tiny": {"per_dataset": 1, "chunk": 1, "max_new_tokens": 10, "k": 3,
+             "methods": ("hydra", "opt-hydra")},
 }
+BASELINE_LABEL = "greedy (no draft)"
 
 
 def chunk_summaries(traces: list, chunk: int) -> list[dict]:
@@ -63,26 +68,39 @@ def chunk_summaries(traces: list, chunk: int) -> list[dict]:
 
 
 # -- source 1: `specloop stream` (issue 7) ------------------------------------------
-def _from_stream_command(cfg: dict, out: Path) -> dict | None:
-    """Run ``specloop stream --json`` in-process when the command exists; returns its
-    JSON (``methods`` -> mean_accepted_length, speedup, speedup_with_training,
-    per_chunk) or None when the command is not available."""
+def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
+    """Run ``specloop stream --json`` in-process when the command exists.
+
+    Returns:
+        (its JSON, '') -- ``methods`` -> mean_accepted_length, speedup,
+        speedup_with_training, per_chunk, per_chunk_tokens_per_s -- or (None, why)
+        when the command is missing or produced no usable method (e.g. no trained
+        draft: it then exits 1 and names the failures).
+    """
     try:
         import specloop.cli.stream_cmd  # noqa: F401
     except ImportError:
-        return None
+        return None, "`specloop stream` (issue 7) is not available"
     from specloop.cli import main as cli_main
-    argv = ["stream", "--target", DEFAULT_TARGET, "--datasets", ",".join(DATASET_ORDER),
+    argv = ["stream", "--target", DEFAULT_TARGET, "--method", ",".join(cfg["methods"]),
+            "--datasets", ",".join(DATASET_ORDER),
             "--prompts", str(cfg["per_dataset"] * len(DATASET_ORDER)), "--chunk", str(cfg["chunk"]),
-            "--max-new-tokens", str(cfg["max_new_tokens"]), "--json", "--out", str(out / "stream")]
-    if cfg.get("methods"):
-        argv[3:3] = ["--method", ",".join(cfg["methods"])]
+            "--max-new-tokens", str(cfg["max_new_tokens"]), "-k", str(cfg["k"]),
+            "--json", "--out", str(out / "stream")]
     buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = cli_main(argv)
-    if code != 0:
-        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
-    return json.loads(buffer.getvalue())
+    try:
+        with contextlib.redirect_stdout(buffer):
+            code = cli_main(argv)
+    except ImportError as exc:  # the stream's own modules have not landed
+        return None, f"`specloop stream` cannot run yet ({exc})"
+    text = buffer.getvalue()
+    try:
+        data = json.loads(text[text.index("{"):])
+    except ValueError:
+        return None, f"`specloop {' '.join(argv)}` exited {code} without JSON"
+    if not data.get("methods"):
+        return None, f"`specloop stream` ran no method: {data.get('failed')}"
+    return data, ""
 
 
 # -- source 2: frozen drafts served here ------------------------------------------------
@@ -103,7 +121,8 @@ def _serve_frozen(cfg: dict) -> tuple[list[dict], list[str]]:
         time_specloop(make, prompts, cfg["max_new_tokens"], drafter, traces=traces)
         method = f"{drafter} (frozen)"
         methods.append(method)
-        rows += [{"method": method, "online": False, **r} for r in chunk_summaries(traces, cfg["chunk"])]
+        rows += [{"method": method, "online": False, "baseline": False, **r}
+                 for r in chunk_summaries(traces, cfg["chunk"])]
     rows += _baseline_chunks(target, prompts, cfg)
     for row in rows:
         first = row["chunk"] * cfg["chunk"]
@@ -117,7 +136,8 @@ def _baseline_chunks(target, prompts: list, cfg: dict) -> list[dict]:
     for start in range(0, len(prompts), cfg["chunk"]):
         run = time_hf_generate(target, prompts[start:start + cfg["chunk"]], cfg["max_new_tokens"],
                                "hf_greedy")
-        rows.append({"method": "HF greedy (no draft)", "online": False, "chunk": start // cfg["chunk"],
+        rows.append({"method": BASELINE_LABEL, "online": False, "baseline": True,
+                     "chunk": start // cfg["chunk"],
                      "prompts": len(run.outputs), "rounds": run.new_tokens, "tokens": run.new_tokens,
                      "mean_accepted_length": 1.0, "tokens_per_s": run.tokens_per_s})
     return rows
@@ -135,29 +155,44 @@ def _is_online(method: str) -> bool:
 
 
 def _rows_from_stream_json(data: dict) -> list[dict]:
+    """Per-chunk rows (method, online, baseline, chunk, datasets, mean_accepted_length,
+    tokens_per_s) from ``specloop stream --json``.
+
+    Raises:
+        FigureUnavailable: no per-chunk results in the JSON.
+    """
+    chunk = int(data.get("config", {}).get("chunk", 1) or 1)
+    stream = list(data.get("stream", []))
+    labels = ["+".join(dict.fromkeys(stream[i:i + chunk])) for i in range(0, len(stream), chunk)]
     rows = []
     for method, summary in data.get("methods", {}).items():
         per_chunk = summary.get("per_chunk") or []
         tps = summary.get("per_chunk_tokens_per_s") or [float("nan")] * len(per_chunk)
         online = summary["online"] if "online" in summary else _is_online(method)
         for i, (tau, rate) in enumerate(zip(per_chunk, tps)):
-            rows.append({"method": method, "online": online, "chunk": i, "datasets": "",
+            rows.append({"method": summary.get("label", method), "online": bool(online),
+                         "baseline": False, "chunk": i,
+                         "datasets": labels[i] if i < len(labels) else "",
                          "mean_accepted_length": tau, "tokens_per_s": rate})
     if not rows:
         raise FigureUnavailable("`specloop stream --json` returned no per-chunk results")
+    for i, rate in enumerate(data.get("baseline_per_chunk_tokens_per_s") or []):
+        rows.append({"method": BASELINE_LABEL, "online": False, "baseline": True, "chunk": i,
+                     "datasets": labels[i] if i < len(labels) else "",
+                     "mean_accepted_length": 1.0, "tokens_per_s": rate})
     return rows
 
 
 def _claims(rows: list[dict]) -> list[dict]:
     online = [r for r in rows if r["online"]]
-    frozen = [r for r in rows if not r["online"] and r["method"] != "HF greedy (no draft)"]
+    frozen = [r for r in rows if not r["online"] and not r.get("baseline")]
     if not online:
         return [{"claim": "online_beats_frozen_stream",
                  "statement": "OnlineSpec: online-adapted drafts reach a higher mean accepted "
                               "length than frozen drafts over a shifting prompt stream",
                  "holds": None,
-                 "evidence": "undecided: no online method ran (issue 7's `specloop stream` "
-                             "is not available); frozen drafts only"}]
+                 "evidence": "undecided: no online method produced results (frozen drafts "
+                             "only; the figure's source note says why)"}]
     best_online = max(_mean_tau(online, m) for m in {r["method"] for r in online})
     best_frozen = max(_mean_tau(frozen, m) for m in {r["method"] for r in frozen}) if frozen else np.nan
     decided = bool(np.isfinite(best_frozen))
@@ -182,9 +217,10 @@ def _plot(rows: list[dict], out: Path) -> list[Path]:
     for i, method in enumerate(dict.fromkeys(r["method"] for r in rows)):
         pts = sorted((r for r in rows if r["method"] == method), key=lambda r: r["chunk"])
         chunks = [r["chunk"] for r in pts]
-        style = dict(color="k", ls=":", marker="") if method.startswith("HF") else \
+        baseline = bool(pts[0].get("baseline"))
+        style = dict(color="k", ls=":", marker="") if baseline else \
             dict(color=f"C{i}", ls="-" if pts[0]["online"] else "--", marker="o", ms=4)
-        if not method.startswith("HF"):
+        if not baseline:
             axes[0].plot(chunks, [r["mean_accepted_length"] for r in pts], label=method, **style)
         axes[1].plot(chunks, [r["tokens_per_s"] for r in pts], label=method, **style)
     labels = {r["chunk"]: r.get("datasets", "") for r in rows}
@@ -205,13 +241,16 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    stream_json = _from_stream_command(cfg, out)
+    stream_json, why = _from_stream_command(cfg, out)
     if stream_json is not None:
         write_json(out / "stream.json", stream_json)
-        rows, source = _rows_from_stream_json(stream_json), "specloop stream (issue 7)"
+        rows = _rows_from_stream_json(stream_json)
+        source = "specloop stream (issue 7), methods " + ", ".join(stream_json["methods"])
+        if stream_json.get("failed"):
+            source += f"; failed: {stream_json['failed']}"
     else:
         rows, _ = _serve_frozen(cfg)
-        source = "frozen drafts served by this figure (specloop stream not available)"
+        source = f"frozen drafts served by this figure ({why})"
     data = write_csv(out / f"{NAME}.csv", rows)
     images = _plot(rows, out)
     methods = list(dict.fromkeys(r["method"] for r in rows))
