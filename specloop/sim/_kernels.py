@@ -26,6 +26,23 @@ PROPOSAL_IID = 0          # i.i.d. from q (SpecInfer multi-draft, with replaceme
 PROPOSAL_NO_REPLACE = 1   # from q without replacement (q renormalised without earlier siblings)
 PROPOSAL_DETERMINISTIC = 2  # a fixed candidate (point mass), e.g. EAGLE-2 top-k
 
+#: guide-table entries per vocabulary token (`guide_table`): M = ceil(V / GUIDE_RATIO)
+GUIDE_RATIO = 4
+
+
+def guide_table(cdf: np.ndarray) -> np.ndarray:
+    """(C, M + 1) int64 guide table of CDF rows (Chen and Asau 1974): entry j is the
+    smallest i with cdf[i] > j * total / M, so a draw with uniform u only has to
+    search cdf between entries floor(u M) and floor(u M) + 1 (expected O(1) entries,
+    never more than a binary search over the row)."""
+    C, V = cdf.shape
+    M = -(-V // GUIDE_RATIO)
+    out = np.empty((C, M + 1), dtype=np.int64)
+    steps = np.arange(M + 1, dtype=np.float64) / M
+    for c in range(C):
+        out[c] = np.searchsorted(cdf[c], steps * cdf[c, -1], side="right")
+    return np.minimum(out, V - 1)
+
 
 @nb.njit(cache=True, nogil=True)
 def _next_context(c, x, num_contexts, iid):
@@ -52,6 +69,39 @@ def _sample_cdf(cdf, probs, u):
     while lo > 0 and probs[lo] <= 0.0:
         lo -= 1
     return lo
+
+
+@nb.njit(cache=True, nogil=True)
+def _search(cdf, lo, hi, x):
+    """Smallest i in [lo, hi) with cdf[i] > x (hi if none): binary search."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if cdf[mid] > x:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@nb.njit(cache=True, nogil=True)
+def _sample_guided(cdf, guide, probs, u):
+    """`_sample_cdf` (same result) through a guide table: binary search only between
+    guide[j] - 1 and guide[j + 1] + 1, j = floor(u M); the bracket is checked and a
+    full-row binary search is the fallback, so the worst case stays O(log V)."""
+    n = cdf.shape[0]
+    m = guide.shape[0] - 1
+    x = u * cdf[n - 1]
+    j = min(np.int64(u * m), m - 1)
+    lo = max(guide[j] - 1, 0)
+    hi = min(guide[j + 1] + 2, n)
+    if (lo > 0 and cdf[lo - 1] > x) or cdf[hi - 1] <= x:
+        lo, hi = 0, n  # rounding put the answer outside the bracket
+    i = _search(cdf, lo, hi, x)
+    if i >= n:
+        i = n - 1
+    while i > 0 and probs[i] <= 0.0:
+        i -= 1
+    return i
 
 
 @nb.njit(cache=True, nogil=True)
@@ -100,7 +150,8 @@ def iid_chain_kernel(acceptance_rate, num_draft_tokens, uniforms, accepted_out):
 
 
 @nb.njit(cache=True, nogil=True)
-def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob, row_acc,
+def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob,
+                       p_guide, q_guide, res_guide, row_acc,
                        contexts, num_draft_tokens, iid, greedy, p_argmax, q_argmax,
                        u_draft, u_accept, u_final,
                        accepted_out, tokens_out, acc_out):
@@ -118,6 +169,7 @@ def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob, row_ac
         p_table, q_table: float64 (C, V) target / draft rows.
         p_cdf, q_cdf, res_cdf: float64 (C, V) row CDFs of p, q and max(0, p - q).
         res_prob: float64 (C, V) max(0, p - q) (to skip zero-mass tokens).
+        p_guide, q_guide, res_guide: `guide_table` of the three CDF tables.
         row_acc: float64 (C,) Acc(c) = sum_x min(p, q).
         contexts: int64 (R,); num_draft_tokens: int64 (R,) k_r <= kmax.
         iid: bool, keep the context along the chain; greedy: bool.
@@ -142,7 +194,7 @@ def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob, row_ac
                 x = q_argmax[c]
                 ok = x == p_argmax[c]
             else:
-                x = _sample_cdf(q_cdf[c], q_table[c], u_draft[r, j])
+                x = _sample_guided(q_cdf[c], q_guide[c], q_table[c], u_draft[r, j])
                 ok = u_accept[r, j] < p_table[c, x] / q_table[c, x]
             acc_out[r, j] = row_acc[c]
             if ok:
@@ -153,14 +205,15 @@ def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob, row_ac
                 if greedy:
                     tokens_out[r, j] = p_argmax[c]
                 else:
-                    tokens_out[r, j] = _sample_cdf(res_cdf[c], res_prob[c], u_final[r])
+                    tokens_out[r, j] = _sample_guided(res_cdf[c], res_guide[c], res_prob[c],
+                                                    u_final[r])
                 rejected = True
                 break
         if not rejected:
             if greedy:
                 tokens_out[r, k] = p_argmax[c]
             else:
-                tokens_out[r, k] = _sample_cdf(p_cdf[c], p_table[c], u_final[r])
+                tokens_out[r, k] = _sample_guided(p_cdf[c], p_guide[c], p_table[c], u_final[r])
         accepted_out[r] = n
 
 

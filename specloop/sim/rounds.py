@@ -81,7 +81,9 @@ class ChainTables:
 
     Attributes: float64 (C, V) ``p_table``, ``q_table``, their row CDFs ``p_cdf``,
     ``q_cdf``; ``res_prob`` = max(0, p - q) and its CDF ``res_cdf``; ``row_acc``
-    (C,) = Acc(c) = sum_x min(p, q); ``p_argmax``, ``q_argmax`` int64 (C,).
+    (C,) = Acc(c) = sum_x min(p, q); ``p_argmax``, ``q_argmax`` int64 (C,);
+    ``p_guide``, ``q_guide``, ``res_guide`` int64 (C, ceil(V / 4) + 1) guide tables
+    of the CDFs (`specloop.sim._kernels.guide_table`).
     """
 
     p_table: np.ndarray
@@ -93,6 +95,9 @@ class ChainTables:
     row_acc: np.ndarray
     p_argmax: np.ndarray
     q_argmax: np.ndarray
+    p_guide: np.ndarray
+    q_guide: np.ndarray
+    res_guide: np.ndarray
 
     @property
     def num_contexts(self) -> int:
@@ -114,10 +119,11 @@ def prepare_tables(p_table, q_table) -> ChainTables:
     if q.shape[0] != p.shape[0]:
         raise ValueError(f"p_target has {p.shape[0]} context rows but q_draft has {q.shape[0]}")
     res = np.maximum(p - q, 0.0)
-    return ChainTables(p, q, np.cumsum(p, axis=1), np.cumsum(q, axis=1), res,
-                       np.cumsum(res, axis=1), np.minimum(p, q).sum(axis=1),
+    p_cdf, q_cdf, res_cdf = np.cumsum(p, axis=1), np.cumsum(q, axis=1), np.cumsum(res, axis=1)
+    return ChainTables(p, q, p_cdf, q_cdf, res, res_cdf, np.minimum(p, q).sum(axis=1),
                        np.argmax(p, axis=1).astype(np.int64),
-                       np.argmax(q, axis=1).astype(np.int64))
+                       np.argmax(q, axis=1).astype(np.int64),
+                       K.guide_table(p_cdf), K.guide_table(q_cdf), K.guide_table(res_cdf))
 
 
 @dataclass
@@ -337,6 +343,6 @@ def simulate_chain_tables(p_table, q_table, contexts, num_draft_tokens,
     tokens = np.empty((rounds, kmax + 1), dtype=np.int64)
     acc = np.empty((rounds, kmax))
     K.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, t.res_cdf, t.res_prob,
-                         t.row_acc, ctx, k, bool(iid), greedy, t.p_argmax, t.q_argmax,
+                         t.p_guide, t.q_guide, t.res_guide, t.row_acc, ctx, k, bool(iid), greedy, t.p_argmax, t.q_argmax,
                          u_draft, u_accept, u_final, accepted, tokens, acc)
     return ChainBatch(accepted, k, tokens, acc, ctx)

@@ -84,11 +84,14 @@ def test_negative_control_correction_from_p_is_detected():
     rng = np.random.default_rng(1)
     u = rng.random((rounds, k)), rng.random((rounds, k)), rng.random(rounds)
     outs = []
-    for res_cdf, res_prob in ((t.res_cdf, t.res_prob), (t.p_cdf, t.p_table)):  # right, wrong
+    right = (t.res_cdf, t.res_prob, t.res_guide)
+    wrong = (t.p_cdf, t.p_table, t.p_guide)
+    for res_cdf, res_prob, res_guide in (right, wrong):
         accepted = np.empty(rounds, np.int64)
         tokens = np.empty((rounds, k + 1), np.int64)
         acc = np.empty((rounds, k))
-        K.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, res_cdf, res_prob, t.row_acc,
+        K.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, res_cdf, res_prob,
+                             t.p_guide, t.q_guide, res_guide, t.row_acc,
                              np.zeros(rounds, np.int64), np.full(rounds, k, np.int64), True, False,
                              t.p_argmax, t.q_argmax, *u, accepted, tokens, acc)
         outs.append(chi_square_pvalue(tokens[tokens >= 0], p))

@@ -44,7 +44,7 @@ def test_chain_table_kernel_matches_reference(seed, kmax, iid, greedy, tables):
         out = (np.empty(rounds, np.int64), np.empty((rounds, kmax + 1), np.int64),
                np.empty((rounds, kmax)))
         impl.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, t.res_cdf, t.res_prob,
-                                t.row_acc, ctx, k, iid, greedy, t.p_argmax, t.q_argmax, *u, *out)
+                                t.p_guide, t.q_guide, t.res_guide, t.row_acc, ctx, k, iid, greedy, t.p_argmax, t.q_argmax, *u, *out)
         outs.append(out)
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
@@ -104,6 +104,23 @@ def test_tree_kernel_matches_reference(proposal, greedy, seed, iid, tables):
 def test_sample_cdf_never_returns_zero_probability_tokens():
     probs = np.array([0.0, 0.5, 0.0, 0.5, 0.0])
     cdf = np.cumsum(probs)
+    guide = K.guide_table(cdf[None, :])[0]
     for u in (0.0, 0.25, 0.5, 0.75, np.nextafter(1.0, 0.0)):
         i = K._sample_cdf(cdf, probs, u)
         assert probs[i] > 0 and i == R._sample_cdf(cdf, probs, u)
+        assert K._sample_guided(cdf, guide, probs, u) == i
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**31), vocab=st.integers(2, 300), zeros=st.floats(0.0, 0.9))
+def test_guided_search_equals_plain_binary_search(seed, vocab, zeros):
+    rng = np.random.default_rng(seed)
+    probs = rng.dirichlet(np.full(vocab, 0.3))
+    probs[rng.random(vocab) < zeros] = 0.0
+    if probs.sum() == 0:
+        probs[0] = 1.0
+    cdf = np.cumsum(probs)
+    guide = K.guide_table(cdf[None, :])[0]
+    u = np.concatenate([rng.random(200), [0.0, np.nextafter(1.0, 0.0)]])
+    for value in u:
+        assert K._sample_guided(cdf, guide, probs, value) == K._sample_cdf(cdf, probs, value)
