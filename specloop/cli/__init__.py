@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "specloop.cli.ltd_cmd",
     "specloop.cli.draft_cmd",
     "specloop.cli.generate_cmd",
+    "specloop.cli.stream_cmd",
 ]
 
 

@@ -1,0 +1,542 @@
+"""Online draft adaptation inside the real decoder (OnlineSpec Algorithm 1: draft ->
+verify -> feedback -> *update*; Sec. 3 learners, Sec. 4 / App. B set-up).
+
+`OnlineDrafter` wraps any trained `Drafter` and is itself a `Drafter`, so the
+unchanged `SpeculativeDecoder` drives it. In ``observe`` it turns the round's
+`VerifyFeedback` into a training sample *before* the inner drafter moves on, keeps
+it in a replay buffer, and -- depending on the mode -- updates the draft's
+parameters through an online learner of `specloop.strategies` (OGD, optimistic OGD,
+Hedge ensemble, optimism + ensemble, OSD distillation; all ``step(params, grads,
+loss, oracle) -> params`` on lists of torch tensors):
+
+* ``mode="round"``: every ``update_every`` rounds one micro-update on a mini-batch
+  of ``batch_size`` samples: the newest one plus uniformly drawn older ones from the
+  replay buffer (capacity ``buffer_size``);
+* ``mode="chunk"``: the paper's chunked mode (App. B.1): samples of a chunk of
+  prompts are collected, and `end_chunk` runs ``epochs`` passes over them in
+  shuffled mini-batches (one learner step per mini-batch).
+
+``background=True`` runs the updates on a worker thread (App. B.2) so decoding does
+not wait; parameter writes and drafting are serialised by a lock.
+
+Loss f_t(w) (`FeatureHeadObjective`): at every verified position j of the round
+(the pending token and each accepted node; row j of ``VerifyFeedback.target_logits``)
+the cross-entropy ``-sum_x p_target_j(x) log q_draft_j(x; w)`` of the draft head of
+depth j against the target's temperature-1 distribution, truncated to its top
+``top_m`` tokens inside the draft's reduced vocabulary and renormalised there (the
+draft cannot place mass outside its vocabulary; FR-Spec / EAGLE-3 train the same
+way). Equal to KL(p || q) up to the entropy of p, which does not depend on w.
+Heads are unrolled teacher-forced on the committed tokens (Hydra's sequential
+dependence uses the heads' own features).
+
+OSD (Liu et al. 2024) distils only on rounds with a rejection: the learner receives
+an oracle for those rounds only.
+"""
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
+
+__all__ = ["FeatureSample", "FeatureHeadObjective", "objective_for", "OnlineConfig", "OnlineAdapter",
+           "OnlineDrafter", "make_learner", "LEARNER_KINDS", "save_checkpoint", "load_checkpoint"]
+
+LEARNER_KINDS = ("ogd", "opt", "ens", "opt-ens", "osd")
+
+
+# ----------------------------------------------------------------------------- samples
+@dataclass(frozen=True)
+class FeatureSample:
+    """One round's verified positions for feature heads (Medusa / Hydra).
+
+    Attributes:
+        h: float32 (d,) target feature h_t before the round's pending token.
+        tokens: int64 (m,) target ids fed to heads 0..m-1 (pending token, then the
+            accepted draft tokens).
+        target_rows: int64 (m, top_m) reduced-vocabulary rows of p_target's top tokens
+            (-1 = padding).
+        target_probs: float32 (m, top_m) their renormalised probabilities (0 padding).
+        rejected: True when the round rejected a draft token (OSD's trigger).
+    """
+
+    h: torch.Tensor
+    tokens: torch.Tensor
+    target_rows: torch.Tensor
+    target_probs: torch.Tensor
+    rejected: bool
+
+    def to_dict(self) -> dict:
+        return {"h": self.h, "tokens": self.tokens, "target_rows": self.target_rows,
+                "target_probs": self.target_probs, "rejected": self.rejected}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "FeatureSample":
+        return cls(d["h"], d["tokens"], d["target_rows"], d["target_probs"], bool(d["rejected"]))
+
+
+def _sparse_targets(logits: torch.Tensor, target_to_draft: torch.Tensor, top_m: int):
+    """(m, V) target logits -> (rows (m, top_m) int64, probs (m, top_m) float32):
+    the temperature-1 distribution restricted to the reduced vocabulary, top_m
+    entries, renormalised. Rows whose mass inside the vocabulary is 0 get all -1."""
+    probs = torch.softmax(logits.float(), -1)
+    mapped = target_to_draft.to(probs.device)
+    inside = probs * (mapped >= 0).to(probs.dtype)
+    top_p, top_id = inside.topk(min(top_m, inside.shape[-1]), dim=-1)
+    rows = mapped[top_id]
+    valid = (top_p > 0) & (rows >= 0)
+    top_p = torch.where(valid, top_p, torch.zeros_like(top_p))
+    mass = top_p.sum(-1, keepdim=True)
+    top_p = torch.where(mass > 0, top_p / mass.clamp_min(1e-30), top_p)
+    rows = torch.where(valid, rows, torch.full_like(rows, -1))
+    return rows.cpu(), top_p.cpu()
+
+
+class FeatureHeadObjective:
+    """Loss and samples for `HydraDrafter` / `MedusaDrafter` (see module docstring).
+
+    Args:
+        drafter: the inner feature-head drafter (reads its ``_h`` / ``_pending``
+            state in `collect`, which must run before the drafter's ``observe``).
+        top_m: tokens kept per target row (>= 1).
+
+    Raises:
+        ValueError: a drafter that is not a feature-head drafter; top_m < 1.
+    """
+
+    def __init__(self, drafter, top_m: int = 32) -> None:
+        from specloop.realmodels.heads.head_drafting import HydraDrafter, MedusaDrafter
+        if not isinstance(drafter, (HydraDrafter, MedusaDrafter)):
+            raise ValueError(f"FeatureHeadObjective needs a Hydra or Medusa drafter, got {type(drafter).__name__}")
+        if int(top_m) < 1:
+            raise ValueError(f"top_m must be >= 1, got {top_m}")
+        self.drafter = drafter
+        self.heads = drafter.heads
+        self.is_hydra = isinstance(drafter, HydraDrafter)
+        self.top_m = int(top_m)
+
+    def collect(self, feedback: VerifyFeedback) -> FeatureSample | None:
+        """The sample of this round (None when the drafter has no feature yet)."""
+        h = getattr(self.drafter, "_h", None)
+        pending = getattr(self.drafter, "_pending", None)
+        if h is None or pending is None:
+            return None
+        m = min(feedback.num_accepted + 1, int(self.drafter.max_depth), int(feedback.target_logits.shape[0]))
+        accepted = [int(feedback.proposal.tokens[j]) for j in feedback.accepted_nodes[: m - 1]]
+        rows, probs = _sparse_targets(feedback.target_logits[:m], self.heads.lm_head.target_to_draft, self.top_m)
+        rejected = feedback.num_accepted < feedback.proposal.depth
+        return FeatureSample(h.detach().float().cpu().clone(), torch.tensor([int(pending)] + accepted),
+                             rows, probs, bool(rejected))
+
+    def loss(self, samples: list[FeatureSample]) -> torch.Tensor:
+        """Mean cross-entropy over every verified position of ``samples`` (scalar,
+        differentiable w.r.t. the heads' parameters).
+
+        Raises:
+            ValueError: no samples.
+        """
+        if not samples:
+            raise ValueError("loss of an empty batch")
+        weight = self.heads.lm_head.proj.weight
+        h = torch.stack([s.h for s in samples]).to(weight.device, weight.dtype)
+        lengths = [int(s.tokens.numel()) for s in samples]
+        total, count, z = h.new_zeros(()), 0, h
+        for depth in range(max(lengths)):
+            live = [i for i, n in enumerate(lengths) if n > depth]
+            toks = torch.tensor([int(samples[i].tokens[depth]) if lengths[i] > depth else 0
+                                 for i in range(len(samples))], device=h.device)
+            if self.is_hydra:
+                z, logits = self.heads.step(depth, z, toks)
+            else:
+                logits = self.heads.head_logits(h, depth)
+            logp = torch.log_softmax(logits[live].float(), -1)
+            rows = torch.stack([samples[i].target_rows[depth] for i in live]).to(h.device)
+            probs = torch.stack([samples[i].target_probs[depth] for i in live]).to(h.device)
+            picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
+            total = total - (probs * picked).sum()
+            count += len(live)
+        return total / max(count, 1)
+
+
+def objective_for(drafter, **options) -> FeatureHeadObjective:
+    """The online objective of a drafter.
+
+    Raises:
+        ValueError: a drafter kind without an online objective (names what is missing).
+    """
+    from specloop.realmodels.heads.head_drafting import FeatureHeadDrafter
+    if isinstance(drafter, FeatureHeadDrafter):
+        return FeatureHeadObjective(drafter, **options)
+    raise ValueError(f"no online objective for drafter {getattr(drafter, 'name', type(drafter).__name__)!r}: "
+                     "online updates exist for the feature heads (hydra, medusa); EAGLE / EAGLE-3 "
+                     "and the small LM need a differentiable re-run of their draft at the verified "
+                     "positions, which their drafters do not expose yet")
+
+
+# ----------------------------------------------------------------------------- learners
+def make_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float = 10.0,
+                 osd_update_every: int = 8, osd_epochs: int = 1, seed: int = 0):
+    """A learner of `specloop.strategies` for the draft's parameters.
+
+    Args:
+        kind: "ogd" (projected OGD), "opt" (optimistic OGD, Eq. 3), "ens" (Hedge
+            ensemble, N base learners with geometric rates lr * 2^i, App. B: N=3,
+            epsilon=10), "opt-ens" (optimism + ensemble, App. C.3), "osd" (OSD
+            distillation with Adam, every ``osd_update_every`` rounds).
+        lr: base step size (smallest rate of an ensemble).
+
+    Raises:
+        ValueError: unknown kind or bad hyper-parameters.
+    """
+    from specloop.strategies import (OGD, HedgeEnsemble, OptimisticEnsemble, OptimisticOGD, OSDDistillation,
+                                     geometric_learning_rates)
+    if kind == "ogd":
+        return OGD(lr, seed=seed)
+    if kind == "opt":
+        return OptimisticOGD(lr, seed=seed)
+    if kind == "ens":
+        return HedgeEnsemble(geometric_learning_rates(lr, num_learners), meta_lr=meta_lr, seed=seed)
+    if kind == "opt-ens":
+        return OptimisticEnsemble(geometric_learning_rates(lr, num_learners), meta_lr=meta_lr, seed=seed)
+    if kind == "osd":
+        return OSDDistillation(lr, update_every=osd_update_every, inner_epochs=osd_epochs, batch_size=1,
+                               optimizer="adam", max_buffer=4096, seed=seed)
+    raise ValueError(f"unknown learner {kind!r}; choose from {LEARNER_KINDS}")
+
+
+DEFAULT_LR = {"ogd": 0.05, "opt": 0.05, "ens": 0.02, "opt-ens": 0.02, "osd": 1e-4}
+
+
+@dataclass(frozen=True)
+class OnlineConfig:
+    """Online-adaptation settings.
+
+    Attributes:
+        learner: one of `LEARNER_KINDS`.
+        lr: base step size (None = `DEFAULT_LR` of the learner).
+        mode: "round" (micro-updates from the replay buffer) or "chunk" (update at
+            `end_chunk`, ``epochs`` passes).
+        update_every: rounds between micro-updates (round mode), >= 1.
+        batch_size: samples per learner step, >= 1.
+        buffer_size: replay-buffer capacity (samples), >= 1.
+        epochs: passes over a chunk's samples (chunk mode), >= 1.
+        num_learners, meta_lr: ensemble N and epsilon (App. B: 3 and 10).
+        background: run updates on a worker thread (App. B.2).
+        top_m: target tokens kept per verified position.
+        osd_interval: OSD distils every this many learner steps (round mode;
+            chunk mode distils every step, i.e. every mini-batch).
+        seed: seeds the replay sampling and the learner.
+    """
+
+    learner: str = "ogd"
+    lr: float | None = None
+    mode: str = "round"
+    update_every: int = 1
+    batch_size: int = 4
+    buffer_size: int = 256
+    epochs: int = 2
+    num_learners: int = 3
+    meta_lr: float = 10.0
+    background: bool = False
+    top_m: int = 32
+    osd_interval: int = 8
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.learner not in LEARNER_KINDS:
+            raise ValueError(f"unknown learner {self.learner!r}; choose from {LEARNER_KINDS}")
+        if self.mode not in ("round", "chunk"):
+            raise ValueError(f"mode must be 'round' or 'chunk', got {self.mode!r}")
+        for name in ("update_every", "batch_size", "buffer_size", "epochs", "num_learners", "top_m", "osd_interval"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"OnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be positive and finite, got {self.lr}")
+
+    @property
+    def step_size(self) -> float:
+        return float(self.lr if self.lr is not None else DEFAULT_LR[self.learner])
+
+
+# ----------------------------------------------------------------------------- adapter
+class OnlineAdapter:
+    """Owns the objective, the learner, the replay buffer and the update schedule.
+
+    Args:
+        drafter: the inner drafter (its ``parameters()`` are updated in place).
+        config: `OnlineConfig`.
+
+    Attributes:
+        train_seconds: wall seconds spent in updates (foreground and background).
+        num_steps: learner steps taken.
+        losses: f_t(w_t) of each collected round (NaN when the round gave no sample).
+    """
+
+    def __init__(self, drafter, config: OnlineConfig) -> None:
+        self.drafter = drafter
+        self.config = config
+        self.objective = objective_for(drafter, top_m=config.top_m)
+        self.params = [p for p in drafter.parameters()]
+        if not self.params:
+            raise ValueError(f"drafter {getattr(drafter, 'name', '?')!r} has no trainable parameters")
+        self.learner = make_learner(config.learner, config.step_size, num_learners=config.num_learners,
+                                    meta_lr=config.meta_lr, seed=config.seed,
+                                    osd_update_every=config.osd_interval if config.mode == "round" else 1)
+        self.rng = np.random.default_rng(config.seed)
+        self.buffer: list[FeatureSample] = []
+        self.chunk_samples: list[FeatureSample] = []
+        self.osd_pending: list[FeatureSample] = []
+        self.rounds = 0
+        self.num_steps = 0
+        self.train_seconds = 0.0
+        self.last_loss = math.nan
+        self.lock = threading.RLock()
+        self._queue: queue.Queue | None = None
+        self._worker: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    # -- loss / gradient ---------------------------------------------------------
+    def _loss_grad(self, samples: list[FeatureSample]) -> tuple[float, list[torch.Tensor]]:
+        with torch.inference_mode(False), torch.enable_grad():
+            for p in self.params:
+                p.requires_grad_(True)
+                p.grad = None
+            loss = self.objective.loss(samples)
+            grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+            for p in self.params:
+                p.requires_grad_(False)
+        out = [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(self.params, grads)]
+        return float(loss.detach()), out
+
+    def _loss_grad_at(self, values: list[torch.Tensor], samples: list[FeatureSample]):
+        """f and grad f at other parameter values (the learners' oracle)."""
+        saved = [p.detach().clone() for p in self.params]
+        try:
+            self._write(values)
+            return self._loss_grad(samples)
+        finally:
+            self._write(saved)
+
+    def _write(self, values: list[torch.Tensor]) -> None:
+        with torch.no_grad():
+            for p, v in zip(self.params, values):
+                p.copy_(torch.as_tensor(v, dtype=p.dtype, device=p.device))
+
+    def _step(self, samples: list[FeatureSample]) -> None:
+        """One learner step on ``samples``; parameters written in place (under the
+        drafting lock). OSD sees oracles only for samples with a rejection."""
+        t0 = time.perf_counter()
+        loss, grads = self._loss_grad(samples)
+        played = [p.detach().clone() for p in self.params]
+        if self.config.learner == "osd":
+            new = self._osd_step(played, grads, loss, samples)
+        else:
+            new = self.learner.step(played, grads, loss,
+                                    oracle=lambda values, batch=list(samples): self._loss_grad_at(values, batch))
+        if not all(bool(torch.isfinite(torch.as_tensor(v)).all()) for v in new):
+            raise ValueError(f"online update produced non-finite draft parameters (learner "
+                             f"{self.config.learner!r}, lr {self.config.step_size}); lower the learning rate")
+        with self.lock:
+            self._write(new)
+        self.last_loss = loss
+        self.num_steps += 1
+        self.train_seconds += time.perf_counter() - t0
+
+    def _osd_step(self, played, grads, loss, samples: list[FeatureSample]):
+        """OSD: buffer one oracle per new rejected sample (round mode: the newest
+        sample only, replayed ones were buffered already), then let the learner
+        distil when due (its ``update_every``)."""
+        fresh = samples[:1] if self.config.mode == "round" else samples
+        rejected = [s for s in fresh if s.rejected]
+        before = self.learner.num_updates
+        for s in rejected:
+            self.osd_pending.append(s)
+            self.learner.add_feedback(oracle=self._sample_oracle(s))
+        new = self.learner.step(played, grads, loss, oracle=None)
+        if self.learner.num_updates != before:
+            self.osd_pending = []
+        return new
+
+    # -- schedule -------------------------------------------------------------------
+    def record(self, sample: FeatureSample | None) -> None:
+        """Add a round's sample and run a micro-update when one is due."""
+        self.rounds += 1
+        if sample is None:
+            return
+        self.buffer.append(sample)
+        if len(self.buffer) > self.config.buffer_size:
+            del self.buffer[0]
+        if self.config.mode == "chunk":
+            self.chunk_samples.append(sample)
+            return
+        if self.rounds % self.config.update_every == 0:
+            self._submit(self._replay_batch())
+
+    def _replay_batch(self) -> list[FeatureSample]:
+        newest = self.buffer[-1]
+        older = self.buffer[:-1]
+        extra = min(self.config.batch_size - 1, len(older))
+        picks = self.rng.choice(len(older), size=extra, replace=False) if extra else []
+        return [newest] + [older[int(i)] for i in picks]
+
+    def end_chunk(self) -> float:
+        """Chunk mode: ``epochs`` shuffled passes over the chunk's samples. Waits for
+        background updates. Returns the seconds this call took."""
+        t0 = time.perf_counter()
+        if self.config.mode == "chunk" and self.chunk_samples:
+            samples, self.chunk_samples = self.chunk_samples, []
+            bs = self.config.batch_size
+            for _ in range(self.config.epochs):
+                order = self.rng.permutation(len(samples))
+                for start in range(0, len(samples), bs):
+                    self._submit([samples[int(i)] for i in order[start:start + bs]])
+        self.wait()
+        return time.perf_counter() - t0
+
+    # -- background worker (App. B.2) ------------------------------------------------
+    def _submit(self, batch: list[FeatureSample]) -> None:
+        if not self.config.background:
+            self._step(batch)
+            return
+        if self._worker is None:
+            self._queue = queue.Queue()
+            self._worker = threading.Thread(target=self._work, name="specloop-online-update", daemon=True)
+            self._worker.start()
+        self._queue.put(batch)
+
+    def _work(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                if self._error is None:
+                    self._step(batch)
+            except BaseException as exc:  # surfaced by wait()
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def wait(self) -> None:
+        """Block until queued background updates are done; re-raise a worker error."""
+        if self._queue is not None:
+            self._queue.join()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"background draft update failed: {error}") from error
+
+    def close(self) -> None:
+        """Finish queued updates and stop the worker thread."""
+        if self._worker is not None:
+            self.wait()
+            self._queue.put(None)
+            self._worker.join()
+            self._worker, self._queue = None, None
+
+    # -- state ------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: parameters, learner state, replay
+        buffer, pending chunk / OSD samples, generator, counters. Waits for
+        background updates first."""
+        self.wait()
+        return {"params": [p.detach().cpu().clone() for p in self.params],
+                "learner": self.learner.state_dict(),
+                "buffer": [s.to_dict() for s in self.buffer],
+                "chunk_samples": [s.to_dict() for s in self.chunk_samples],
+                "osd_pending": [s.to_dict() for s in self.osd_pending],
+                "rng": self.rng.bit_generator.state, "rounds": self.rounds, "num_steps": self.num_steps,
+                "train_seconds": self.train_seconds, "config": dict(self.config.__dict__)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` output.
+
+        Raises:
+            ValueError: parameters of other shapes, or a different learner kind.
+        """
+        if state["config"]["learner"] != self.config.learner:
+            raise ValueError(f"checkpoint is for learner {state['config']['learner']!r}, not {self.config.learner!r}")
+        shapes = [tuple(p.shape) for p in self.params]
+        if [tuple(t.shape) for t in state["params"]] != shapes:
+            raise ValueError("checkpoint parameters do not match the drafter's parameter shapes")
+        self._write(state["params"])
+        self.learner.load_state_dict(state["learner"])
+        self.buffer = [FeatureSample.from_dict(d) for d in state["buffer"]]
+        self.chunk_samples = [FeatureSample.from_dict(d) for d in state["chunk_samples"]]
+        self.osd_pending = [FeatureSample.from_dict(d) for d in state["osd_pending"]]
+        if self.config.learner == "osd":   # buffered oracle closures are not saved: rebuild them
+            for s in self.osd_pending:
+                self.learner.add_feedback(oracle=self._sample_oracle(s))
+        self.rng.bit_generator.state = state["rng"]
+        self.rounds, self.num_steps = int(state["rounds"]), int(state["num_steps"])
+        self.train_seconds = float(state["train_seconds"])
+
+    def _sample_oracle(self, sample: FeatureSample) -> Callable:
+        return lambda values, s=sample: self._loss_grad_at(values, [s])
+
+
+# ----------------------------------------------------------------------------- drafter
+class OnlineDrafter:
+    """A `Drafter` that adapts an inner drafter online (see module docstring).
+
+    ``observe`` = collect the round's sample, let the inner drafter observe, then
+    the adapter's micro-update (the decoder times it as the round's
+    ``update_time``). The target's output never depends on the draft (lossless
+    verification), only the speed does.
+
+    Attributes:
+        round_losses: f_t(w_t) of each round's sample (NaN if none), in order.
+    """
+
+    def __init__(self, inner, adapter: OnlineAdapter) -> None:
+        self.inner = inner
+        self.adapter = adapter
+        self.name = f"online-{getattr(inner, 'name', 'drafter')}"
+        self.needs_target_hidden = tuple(getattr(inner, "needs_target_hidden", ()))
+        self.round_losses: list[float] = []
+
+    def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
+        self.inner.reset(prompt_ids, target_hidden=target_hidden)
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        with self.adapter.lock:
+            return self.inner.propose(request)
+
+    def observe(self, feedback: VerifyFeedback) -> None:
+        sample = self.adapter.objective.collect(feedback)
+        self.inner.observe(feedback)
+        self.adapter.record(sample)
+        self.round_losses.append(self.adapter.last_loss if sample is not None else math.nan)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self.inner.parameters()
+
+
+# ----------------------------------------------------------------------------- files
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """Write ``state`` with ``torch.save`` atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """Read a `save_checkpoint` file.
+
+    Raises:
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no online checkpoint at {path}")
+    return torch.load(path, weights_only=False)

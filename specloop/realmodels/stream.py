@@ -1,0 +1,308 @@
+"""The stream runner: serve a prompt stream with frozen and online-adapted drafts
+(OnlineSpec Table 1 rows) and a plain-decoding baseline, resumably.
+
+Methods (case-insensitive names; `METHODS`): a drafter kind plus an optional online
+learner of `specloop.strategies` (see `specloop.realmodels.online`):
+
+=================  ============  =====================================================
+method             drafter       learner
+=================  ============  =====================================================
+vanilla-sd         small-lm      frozen (Vanilla SD)
+osd                small-lm      OSD distillation (Liu et al. 2024)
+hydra / medusa     hydra/medusa  frozen
+osd-<kind>         <kind>        OSD distillation
+ogd-<kind>         <kind>        projected OGD (Online-LR, Sec. 3.1)
+opt-<kind>         <kind>        optimistic OGD, Eq. 3 (Opt-Hydra, Sec. 3.2)
+ens-<kind>         <kind>        Hedge ensemble, N=3, epsilon=10 (Ens-EAGLE, Sec. 3.3)
+optens-<kind>      <kind>        optimism + ensemble (App. C.3)
+eagle / eagle3     eagle/eagle3  frozen (and the online variants above)
+=================  ============  =====================================================
+
+``greedy`` is the baseline: the same decoder with no draft (one target forward per
+token, same KV-cache code path), whose tokens/s is the denominator of every
+``speedup``.
+
+Results folder (``out``): per method ``<method>/rounds.jsonl`` (a `TraceWriter`
+file, one `RoundRecord` per round, ``stream_index`` = prompt index),
+``<method>/state.pt`` (prompts done, per-prompt and per-chunk timings, the adapter's
+full state: draft parameters, learner, replay buffer) written atomically after every
+prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
+with the same arguments drops rounds of the unfinished prompt, reloads the state and
+continues: the records equal those of an uninterrupted run (greedy decoding).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
+from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint,
+                                        save_checkpoint)
+from specloop.record import RoundRecord, Trace, TraceWriter
+
+__all__ = ["MethodSpec", "METHODS", "resolve_method", "StreamConfig", "StreamRunner", "summarise",
+           "BASELINE"]
+
+BASELINE = "greedy"
+_KINDS = {"hydra": "Hydra", "medusa": "Medusa", "eagle": "EAGLE", "eagle3": "EAGLE-3"}
+_LEARNERS = {"osd": ("osd", "OSD"), "ogd": ("ogd", "OGD"), "opt": ("opt", "Opt"), "ens": ("ens", "Ens"),
+             "optens": ("opt-ens", "OptEns")}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One row of the methods table.
+
+    Attributes:
+        name: canonical key (lower case), e.g. "opt-hydra".
+        label: the paper's name, e.g. "Opt-Hydra".
+        drafter: drafter registry name ("" for the no-draft baseline).
+        learner: online learner kind (`specloop.realmodels.online.LEARNER_KINDS`) or
+            None for a frozen draft.
+    """
+
+    name: str
+    label: str
+    drafter: str
+    learner: str | None
+
+
+def _build_methods() -> dict[str, MethodSpec]:
+    table = {BASELINE: MethodSpec(BASELINE, "Greedy (no draft)", "", None),
+             "vanilla-sd": MethodSpec("vanilla-sd", "Vanilla SD", "small-lm", None),
+             "osd": MethodSpec("osd", "OSD", "small-lm", "osd")}
+    for kind, label in _KINDS.items():
+        table[kind] = MethodSpec(kind, label, kind, None)
+        for prefix, (learner, plabel) in _LEARNERS.items():
+            table[f"{prefix}-{kind}"] = MethodSpec(f"{prefix}-{kind}", f"{plabel}-{label}", kind, learner)
+    return table
+
+
+METHODS: dict[str, MethodSpec] = _build_methods()
+
+
+def resolve_method(name: str) -> MethodSpec:
+    """Look up a method by key or label (case-insensitive; "EAGLE-3" = "eagle3").
+
+    Raises:
+        ValueError: unknown method (lists the known ones).
+    """
+    key = name.strip().lower().replace("_", "-").replace("eagle-3", "eagle3").replace("vanilla sd", "vanilla-sd")
+    key = key.replace("opt-ens-", "optens-").replace("optens+", "optens-")
+    if key in METHODS:
+        return METHODS[key]
+    for spec in METHODS.values():
+        if spec.label.lower() == name.strip().lower():
+            return spec
+    raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+
+
+class NoDraft(BaseDrafter):
+    """Proposes nothing: the decoder then runs plain autoregressive decoding
+    (one target forward per token) through the same code path."""
+
+    name = "none"
+
+    def propose(self, request) -> DraftProposal:
+        return DraftProposal.empty(device=request.ids.device)
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """Settings shared by every method of one stream run.
+
+    Attributes:
+        chunk: prompts per chunk (>= 1).
+        max_new_tokens: generation cap per prompt (>= 1).
+        num_draft_tokens: chain length k per round (>= 1).
+        online: `OnlineConfig` fields shared by the online methods (the learner kind
+            comes from the method).
+        seed: decoder seed (per prompt: seed + prompt index).
+    """
+
+    chunk: int = 4
+    max_new_tokens: int = 96
+    num_draft_tokens: int = 4
+    online: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("chunk", "max_new_tokens", "num_draft_tokens"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"StreamConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+DrafterFactory = Callable[[MethodSpec], object]
+
+
+class StreamRunner:
+    """Serve ``prompts`` (lists of target token ids) with each method, resumably.
+
+    Args:
+        target: `LoadedModel` (or a transformers causal LM).
+        prompts: the stream, list of int lists (in order).
+        out: results folder.
+        config: `StreamConfig`.
+        make_drafter: ``factory(spec) -> Drafter`` for frozen/inner drafters; default
+            the drafter registry (saved drafts only: never trains at run time).
+
+    Raises:
+        ValueError: empty stream.
+    """
+
+    def __init__(self, target, prompts: list[list[int]], out: str | os.PathLike, config: StreamConfig,
+                 make_drafter: DrafterFactory | None = None) -> None:
+        if not prompts:
+            raise ValueError("empty prompt stream")
+        self.target = target
+        self.prompts = [list(map(int, p)) for p in prompts]
+        self.out = Path(out)
+        self.config = config
+        self.make_drafter = make_drafter or self._registry_drafter
+
+    def _registry_drafter(self, spec: MethodSpec):
+        from specloop.realmodels.drafters.registry import make_drafter
+        try:
+            return make_drafter(spec.drafter, self.target, train_if_missing=False, progress=False)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"method {spec.label!r} needs a trained {spec.drafter!r} draft: {exc}") from exc
+
+    def _build(self, spec: MethodSpec):
+        if spec.name == BASELINE:
+            return NoDraft(), None
+        inner = self.make_drafter(spec)
+        if spec.learner is None:
+            return inner, None
+        options = {**self.config.online, "learner": spec.learner, "seed": self.config.seed}
+        adapter = OnlineAdapter(inner, OnlineConfig(**options))
+        return OnlineDrafter(inner, adapter), adapter
+
+    def _decoder(self, drafter, index: int):
+        from specloop.realmodels.decoder import SpeculativeDecoder
+        from specloop.realmodels.policy import FixedDraftPolicy
+        return SpeculativeDecoder(self.target, drafter, policy=FixedDraftPolicy(self.config.num_draft_tokens),
+                                  seed=self.config.seed + index)
+
+    def run_method(self, name: str, *, stop_after: int | None = None,
+                   progress: Callable[[int], None] | None = None) -> dict:
+        """Serve the stream with one method, resuming from its folder.
+
+        Args:
+            name: method name (`resolve_method`).
+            stop_after: stop once this many prompts are done in total (simulates a
+                kill; None = the whole stream).
+            progress: called with 1 after each served prompt.
+
+        Returns:
+            The method's summary (`summarise`).
+
+        Raises:
+            ValueError / FileNotFoundError: unknown method, missing draft, a
+                checkpoint from different settings.
+        """
+        spec = resolve_method(name)
+        folder = self.out / spec.name
+        folder.mkdir(parents=True, exist_ok=True)
+        drafter, adapter = self._build(spec)
+        state = self._load_state(folder, spec, adapter)
+        done = state["prompts_done"]
+        self._drop_unfinished(folder / "rounds.jsonl", done)
+        limit = len(self.prompts) if stop_after is None else min(len(self.prompts), int(stop_after))
+        try:
+            with TraceWriter(folder / "rounds.jsonl", meta=self._meta(spec)) as writer:
+                for index in range(done, limit):
+                    self._serve(index, drafter, adapter, writer, state)
+                    if progress is not None:
+                        progress(1)
+        finally:
+            if adapter is not None:
+                adapter.close()
+        summary = summarise(Trace.load(folder / "rounds.jsonl"), state, self.config.chunk, len(self.prompts))
+        (folder / "chunks.json").write_text(json.dumps(summary["chunks"], indent=1), encoding="utf-8")
+        return summary
+
+    def _serve(self, index: int, drafter, adapter, writer: TraceWriter, state: dict) -> None:
+        decoder = self._decoder(drafter, index)
+        losses_before = len(drafter.round_losses) if isinstance(drafter, OnlineDrafter) else 0
+        result = decoder.generate(self.prompts[index], self.config.max_new_tokens, stream_index=index)
+        records = list(result.trace)
+        if isinstance(drafter, OnlineDrafter):
+            losses = drafter.round_losses[losses_before:]
+            records = [replace(r, loss=l) for r, l in zip(records, losses)]
+        for record in records:
+            writer.append(record)
+        state["outputs"].append(list(result.new_tokens))
+        state["prompts_done"] = index + 1
+        if adapter is not None and (index + 1) % self.config.chunk == 0:
+            state["chunk_train_time"].append(adapter.end_chunk())
+        if adapter is not None:
+            state["adapter"] = adapter.state_dict()
+        save_checkpoint(writer.path.parent / "state.pt", state)
+
+    def _meta(self, spec: MethodSpec) -> dict:
+        return {"method": spec.name, "label": spec.label, "drafter": spec.drafter, "learner": spec.learner,
+                "config": {**self.config.__dict__}, "prompts": len(self.prompts)}
+
+    def _load_state(self, folder: Path, spec: MethodSpec, adapter) -> dict:
+        path = folder / "state.pt"
+        fresh = {"prompts_done": 0, "chunk_train_time": [], "outputs": [], "adapter": None,
+                 "config": {**self.config.__dict__}, "method": spec.name}
+        if not path.is_file():
+            return fresh
+        state = load_checkpoint(path)
+        if state.get("config") != fresh["config"] or state.get("method") != spec.name:
+            raise ValueError(f"{path} was written with other settings ({state.get('config')}); "
+                             "use another --out folder or delete it")
+        if adapter is not None and state.get("adapter") is not None:
+            adapter.load_state_dict(state["adapter"])
+        return state
+
+    @staticmethod
+    def _drop_unfinished(path: Path, done: int) -> None:
+        """Keep only rounds of the first ``done`` prompts (a killed prompt restarts)."""
+        if not path.is_file():
+            return
+        trace = Trace.load(path)
+        kept = Trace([r for r in trace if r.stream_index < done], trace.meta)
+        if len(kept) != len(trace) or not path.read_text(encoding="utf-8").endswith("\n"):
+            kept.save(path)
+
+
+def summarise(trace: Trace, state: dict, chunk: int, num_prompts: int) -> dict:
+    """Headline numbers of one method from its rounds and state.
+
+    Returns a dict: ``mean_accepted_length`` (tau over all rounds), ``tokens``,
+    ``decode_seconds`` (draft + verify), ``update_seconds`` (per-round updates +
+    chunk-end training), ``tokens_per_s`` (training excluded),
+    ``tokens_per_s_with_training``, ``prompts_done``, ``chunks`` (per chunk:
+    mean_accepted_length, tokens_per_s, tokens_per_s_with_training, train_seconds).
+    """
+    chunk_train = list(state.get("chunk_train_time", []))
+    chunks = []
+    for c in range(math.ceil(num_prompts / chunk)):
+        rows = [r for r in trace if c * chunk <= r.stream_index < (c + 1) * chunk]
+        if not rows:
+            continue
+        tokens = sum(r.tokens_per_round for r in rows)
+        decode = sum(r.draft_time + r.verify_time for r in rows)
+        update = sum(r.update_time for r in rows) + (chunk_train[c] if c < len(chunk_train) else 0.0)
+        chunks.append({"chunk": c, "rounds": len(rows), "tokens": tokens,
+                       "mean_accepted_length": tokens / len(rows),
+                       "tokens_per_s": tokens / decode if decode > 0 else math.nan,
+                       "tokens_per_s_with_training": tokens / (decode + update) if decode + update > 0 else math.nan,
+                       "train_seconds": update})
+    tokens = sum(r.tokens_per_round for r in trace)
+    decode = sum(r.draft_time + r.verify_time for r in trace)
+    update = sum(r.update_time for r in trace) + sum(chunk_train)
+    return {"mean_accepted_length": tokens / len(trace) if len(trace) else math.nan,
+            "tokens": tokens, "rounds": len(trace), "decode_seconds": decode, "update_seconds": update,
+            "tokens_per_s": tokens / decode if decode > 0 else math.nan,
+            "tokens_per_s_with_training": tokens / (decode + update) if decode + update > 0 else math.nan,
+            "prompts_done": int(state.get("prompts_done", 0)), "chunks": chunks}

@@ -1,0 +1,162 @@
+"""Online adaptation in the real decoder: lossless under updates, the loss and its
+gradient, learner checkpoints, schedules (round / chunk / background), bad input."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from specloop.realmodels.decoder import SpeculativeDecoder
+from specloop.realmodels.drafters.ngram import NGramDrafter
+from specloop.realmodels.online import (LEARNER_KINDS, FeatureHeadObjective, OnlineAdapter, OnlineConfig,
+                                        OnlineDrafter, load_checkpoint, objective_for, save_checkpoint)
+from specloop.realmodels.policy import FixedDraftPolicy
+from tests.realmodels.decoder_util import plain_greedy
+from tests.realmodels.online_util import NO_EOS, hydra_drafter, medusa_drafter, prompts, tiny_loaded
+
+LR = {"ogd": 0.05, "opt": 0.05, "ens": 0.02, "opt-ens": 0.02, "osd": 3e-3}
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_loaded()
+
+
+def serve(target, drafter, stream, max_new_tokens=20, k=3):
+    outs = []
+    for i, ids in enumerate(stream):
+        dec = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(k), eos_token_id=NO_EOS, seed=i)
+        outs.append(dec.generate(ids, max_new_tokens, stream_index=i))
+    return outs
+
+
+def params_of(drafter):
+    return [p.detach().clone() for p in drafter.parameters()]
+
+
+@pytest.mark.parametrize("learner", ["ogd", "ens", "osd"])
+def test_updates_never_change_greedy_output(target, learner):
+    inner = hydra_drafter(target)
+    before = params_of(inner)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner=learner, lr=LR[learner], osd_interval=2))
+    stream = prompts(3)
+    results = serve(target, OnlineDrafter(inner, adapter), stream)
+    assert adapter.num_steps > 0
+    moved = sum(float((a - b).norm()) for a, b in zip(before, inner.parameters()))
+    assert moved > 0, "the learner never changed the draft"
+    for ids, res in zip(stream, results):
+        assert res.new_tokens == plain_greedy(target.model, ids, 20)
+    # and after all updates: served again, still the target's greedy output
+    again = serve(target, OnlineDrafter(inner, adapter), stream[:1])
+    assert again[0].new_tokens == results[0].new_tokens
+
+
+def test_online_rounds_time_their_updates_and_record_losses(target):
+    inner = hydra_drafter(target)
+    drafter = OnlineDrafter(inner, OnlineAdapter(inner, OnlineConfig(learner="ogd", lr=0.05)))
+    res = serve(target, drafter, prompts(1))[0]
+    assert len(drafter.round_losses) == len(res.trace)
+    assert sum(math.isfinite(x) for x in drafter.round_losses) >= len(res.trace) - 1
+    assert sum(r.update_time for r in res.trace) > 0
+
+
+@pytest.mark.parametrize("make", [hydra_drafter, medusa_drafter])
+def test_loss_is_cross_entropy_and_ogd_descends(target, make):
+    inner = make(target)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="ogd", lr=0.05, mode="chunk"))
+    serve(target, OnlineDrafter(inner, adapter), prompts(2))
+    samples = adapter.chunk_samples[:6]
+    assert samples
+    s = max(samples, key=lambda x: x.tokens.numel())
+    # manual cross-entropy over the sample's verified positions (heads unrolled)
+    with torch.no_grad():
+        z, terms = s.h[None], []
+        for depth in range(s.tokens.numel()):
+            if adapter.objective.is_hydra:
+                z, logits = inner.heads.step(depth, z, s.tokens[depth:depth + 1])
+            else:
+                logits = inner.heads.head_logits(s.h[None], depth)
+            logp = torch.log_softmax(logits[0], -1)
+            valid = s.target_rows[depth] >= 0
+            terms.append(-(s.target_probs[depth][valid] * logp[s.target_rows[depth][valid]]).sum())
+        manual = float(torch.stack(terms).mean())
+        assert float(adapter.objective.loss([s])) == pytest.approx(manual, rel=1e-5)
+        assert torch.allclose(s.target_probs.sum(-1), torch.ones(s.tokens.numel()), atol=1e-5)
+    loss0, _ = adapter._loss_grad(samples)
+    for _ in range(5):
+        adapter._step(samples)
+    loss1, _ = adapter._loss_grad(samples)
+    assert loss1 < loss0
+
+
+def test_chunk_mode_updates_only_at_chunk_end(target):
+    inner = hydra_drafter(target)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="opt", lr=0.05, mode="chunk", epochs=2, batch_size=4))
+    serve(target, OnlineDrafter(inner, adapter), prompts(2))
+    n = len(adapter.chunk_samples)
+    assert adapter.num_steps == 0 and n > 0
+    adapter.end_chunk()
+    assert adapter.num_steps == 2 * math.ceil(n / 4) and not adapter.chunk_samples
+
+
+def test_background_updates_keep_output_and_finish(target):
+    inner = hydra_drafter(target)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="ogd", lr=0.05, background=True))
+    stream = prompts(2)
+    results = serve(target, OnlineDrafter(inner, adapter), stream)
+    adapter.end_chunk()
+    assert adapter.num_steps > 0
+    assert all(torch.isfinite(p).all() for p in inner.parameters())
+    for ids, res in zip(stream, results):
+        assert res.new_tokens == plain_greedy(target.model, ids, 20)
+    adapter.close()
+
+
+@pytest.mark.parametrize("learner", LEARNER_KINDS)
+def test_checkpoint_round_trip_continues_identically(target, learner, tmp_path):
+    inner = hydra_drafter(target)
+    config = OnlineConfig(learner=learner, lr=LR[learner], osd_interval=3, batch_size=2)
+    adapter = OnlineAdapter(inner, config)
+    serve(target, OnlineDrafter(inner, adapter), prompts(1), max_new_tokens=12)
+    save_checkpoint(tmp_path / "state.pt", adapter.state_dict())
+    other_inner = hydra_drafter(target, seed=5)
+    other = OnlineAdapter(other_inner, config)
+    other.load_state_dict(load_checkpoint(tmp_path / "state.pt"))
+    for a, b in zip(inner.parameters(), other_inner.parameters()):
+        assert torch.equal(a, b)
+    assert other.rounds == adapter.rounds and len(other.buffer) == len(adapter.buffer)
+    # the same further feedback gives the same parameters
+    stream = prompts(3)[1:]
+    ra = serve(target, OnlineDrafter(inner, adapter), stream, max_new_tokens=12)
+    rb = serve(target, OnlineDrafter(other_inner, other), stream, max_new_tokens=12)
+    assert [r.trace.column("accepted_tokens").tolist() for r in ra] == \
+        [r.trace.column("accepted_tokens").tolist() for r in rb]
+    for a, b in zip(inner.parameters(), other_inner.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_bad_input(target, tmp_path):
+    with pytest.raises(ValueError, match="learner"):
+        OnlineConfig(learner="sgd")
+    with pytest.raises(ValueError, match="lr"):
+        OnlineConfig(lr=-1.0)
+    with pytest.raises(ValueError, match="mode"):
+        OnlineConfig(mode="epoch")
+    with pytest.raises(ValueError, match="batch_size"):
+        OnlineConfig(batch_size=0)
+    with pytest.raises(ValueError, match="no online objective"):
+        objective_for(NGramDrafter())
+    with pytest.raises(ValueError, match="Hydra or Medusa"):
+        FeatureHeadObjective(NGramDrafter())
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "missing.pt")
+    inner = hydra_drafter(target)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="ogd", lr=0.05))
+    state = adapter.state_dict()
+    with pytest.raises(ValueError, match="learner"):
+        OnlineAdapter(hydra_drafter(target), OnlineConfig(learner="opt")).load_state_dict(state)
+    huge = OnlineAdapter(inner, OnlineConfig(learner="ogd", lr=1e30, mode="chunk"))
+    serve(target, OnlineDrafter(inner, huge), prompts(1), max_new_tokens=8)
+    with pytest.raises(ValueError, match="non-finite|NaN"):
+        huge.end_chunk()

@@ -1,0 +1,124 @@
+"""The stream runner: methods table, resumable results (a killed run continues and
+reproduces the uninterrupted records), summaries, CLI result/plot plumbing."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specloop.realmodels.stream import (BASELINE, METHODS, StreamConfig, StreamRunner, resolve_method,
+                                        summarise)
+from specloop.record import Trace
+from tests.realmodels.decoder_util import plain_greedy
+from tests.realmodels.online_util import hydra_drafter, prompts, tiny_loaded
+
+ONLINE = {"lr": 0.05, "batch_size": 2, "osd_interval": 2}
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_loaded()
+
+
+def runner(target, out, mode="round"):
+    config = StreamConfig(chunk=2, max_new_tokens=14, num_draft_tokens=3, online={**ONLINE, "mode": mode})
+    return StreamRunner(target, prompts(5), out, config, make_drafter=lambda spec: hydra_drafter(target))
+
+
+def comparable(path):
+    keys = ("round_index", "stream_index", "num_draft_tokens", "accepted_tokens", "tokens_per_round")
+    return [tuple(getattr(r, k) for k in keys) for r in Trace.load(path)]
+
+
+def test_methods_table_and_names():
+    assert resolve_method("Opt-Hydra") == METHODS["opt-hydra"]
+    assert resolve_method("ens-eagle-3").drafter == "eagle3"
+    assert resolve_method("Ens-EAGLE-3").learner == "ens"
+    assert resolve_method("Vanilla SD").learner is None and resolve_method("osd").drafter == "small-lm"
+    assert resolve_method("optens-eagle").learner == "opt-ens"
+    assert resolve_method(BASELINE).drafter == ""
+    with pytest.raises(ValueError, match="unknown method"):
+        resolve_method("turbo-hydra")
+
+
+@pytest.mark.parametrize("method,mode", [("ogd-hydra", "round"), ("osd-hydra", "round"),
+                                         ("ens-hydra", "chunk")])
+def test_resume_after_kill_reproduces_records(target, tmp_path, method, mode):
+    full = runner(target, tmp_path / "full", mode).run_method(method)
+    killed = runner(target, tmp_path / "resumed", mode)
+    part = killed.run_method(method, stop_after=3)
+    assert part["prompts_done"] == 3
+    rounds = tmp_path / "resumed" / method / "rounds.jsonl"
+    # a kill in the middle of prompt 3: some of its rounds written, the last one torn
+    extra = Trace.load(tmp_path / "full" / method / "rounds.jsonl")
+    torn = [r for r in extra if r.stream_index == 3][:2]
+    with open(rounds, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(torn[0].to_dict()) + "\n" + json.dumps(torn[1].to_dict())[:25])
+    resumed = runner(target, tmp_path / "resumed", mode).run_method(method)
+    assert comparable(rounds) == comparable(tmp_path / "full" / method / "rounds.jsonl")
+    assert resumed["prompts_done"] == full["prompts_done"] == 5
+    assert resumed["mean_accepted_length"] == pytest.approx(full["mean_accepted_length"])
+    assert [c["mean_accepted_length"] for c in resumed["chunks"]] == \
+        pytest.approx([c["mean_accepted_length"] for c in full["chunks"]])
+    assert len(resumed["chunks"]) == 3
+    # running again does nothing new
+    again = runner(target, tmp_path / "resumed", mode).run_method(method)
+    assert comparable(rounds) == comparable(tmp_path / "full" / method / "rounds.jsonl")
+    assert again["rounds"] == full["rounds"]
+
+
+def test_outputs_are_the_targets_greedy_output(target, tmp_path):
+    run = runner(target, tmp_path)
+    for method in (BASELINE, "hydra", "opt-hydra"):
+        run.run_method(method)
+    from specloop.realmodels.online import load_checkpoint
+    for method in (BASELINE, "hydra", "opt-hydra"):
+        outputs = load_checkpoint(tmp_path / method / "state.pt")["outputs"]
+        for ids, out in zip(run.prompts, outputs):
+            assert out == plain_greedy(target.model, ids, 14, eos=2)
+    base = Trace.load(tmp_path / BASELINE / "rounds.jsonl")
+    assert base.mean_accepted_length() == 1.0 and set(base.column("num_draft_tokens")) == {0.0}
+
+
+def test_other_settings_refuse_to_resume(target, tmp_path):
+    runner(target, tmp_path).run_method("hydra", stop_after=1)
+    config = StreamConfig(chunk=3, max_new_tokens=14, num_draft_tokens=3, online={**ONLINE, "mode": "round"})
+    other = StreamRunner(target, prompts(5), tmp_path, config, make_drafter=lambda spec: hydra_drafter(target))
+    with pytest.raises(ValueError, match="other settings"):
+        other.run_method("hydra")
+    with pytest.raises(ValueError, match="empty"):
+        StreamRunner(target, [], tmp_path, config)
+
+
+def test_missing_draft_names_what_is_missing(target, tmp_path):
+    config = StreamConfig(chunk=2, max_new_tokens=4)
+    run = StreamRunner(target, prompts(1), tmp_path, config)
+    with pytest.raises((FileNotFoundError, ValueError), match="hydra"):
+        run.run_method("opt-hydra")
+
+
+def test_summary_counts_training_time():
+    from specloop.record import RoundRecord
+    recs = [RoundRecord(i, i // 2, 3, 3, 4, 2, 3, draft_time=0.1, verify_time=0.1, update_time=0.05)
+            for i in range(6)]
+    s = summarise(Trace(recs), {"chunk_train_time": [1.0], "prompts_done": 3}, chunk=2, num_prompts=3)
+    assert s["mean_accepted_length"] == 3.0 and s["tokens"] == 18
+    assert s["tokens_per_s"] == pytest.approx(18 / 1.2)
+    assert s["tokens_per_s_with_training"] == pytest.approx(18 / (1.2 + 0.3 + 1.0))
+    assert [c["train_seconds"] for c in s["chunks"]] == pytest.approx([1.2, 0.1])
+
+
+def test_cli_result_and_plot(tmp_path):
+    from types import SimpleNamespace
+    from specloop.cli.stream_cmd import _result, plot_stream
+    chunk = {"mean_accepted_length": 2.0, "tokens_per_s": 10.0, "tokens_per_s_with_training": 8.0}
+    summary = {"mean_accepted_length": 2.0, "tokens_per_s": 10.0, "tokens_per_s_with_training": 8.0,
+               "update_seconds": 1.0, "chunks": [chunk, chunk]}
+    base = {**summary, "mean_accepted_length": 1.0, "tokens_per_s": 5.0}
+    args = SimpleNamespace(target="tiny", datasets="humaneval,ifbench", order="shift")
+    items = [SimpleNamespace(dataset="humaneval"), SimpleNamespace(dataset="ifbench")]
+    result = _result({BASELINE: base, "opt-hydra": summary}, {}, items, StreamConfig(chunk=1), args)
+    m = result["methods"]["opt-hydra"]
+    assert set(m) >= {"mean_accepted_length", "speedup", "speedup_with_training", "per_chunk"}
+    assert m["speedup"] == 2.0 and m["speedup_with_training"] == 1.6 and m["per_chunk"] == [2.0, 2.0]
+    assert plot_stream(result, tmp_path / "s.png").stat().st_size > 0
