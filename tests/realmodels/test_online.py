@@ -13,7 +13,7 @@ from specloop.realmodels.online import (LEARNER_KINDS, FeatureHeadObjective, Onl
                                         OnlineDrafter, load_checkpoint, objective_for, save_checkpoint)
 from specloop.realmodels.policy import FixedDraftPolicy
 from tests.realmodels.decoder_util import plain_greedy
-from tests.realmodels.online_util import NO_EOS, hydra_drafter, medusa_drafter, prompts, tiny_loaded
+from tests.realmodels.test_online_util import NO_EOS, hydra_drafter, medusa_drafter, prompts, tiny_loaded
 
 LR = {"ogd": 0.05, "opt": 0.05, "ens": 0.02, "opt-ens": 0.02, "osd": 3e-3}
 

@@ -10,7 +10,7 @@ from specloop.realmodels.stream import (BASELINE, METHODS, StreamConfig, StreamR
                                         summarise)
 from specloop.record import Trace
 from tests.realmodels.decoder_util import plain_greedy
-from tests.realmodels.online_util import hydra_drafter, prompts, tiny_loaded
+from tests.realmodels.test_online_util import hydra_drafter, prompts, tiny_loaded
 
 ONLINE = {"lr": 0.05, "batch_size": 2, "osd_interval": 2}
 
