@@ -168,11 +168,22 @@ class SpeculativeDecoder:
         if prefix.numel() == 0:
             return None
         hidden = bool(self.drafter.needs_target_hidden)
-        out = causal_forward(self.model, cache, prefix, hidden)
+        out = causal_forward(self.model, cache, prefix, hidden, logits_to_keep=1)
         check_finite(out.logits, "target model")
         if not hidden:
             return None
         return tuple(out.hidden_states[i][0] for i in self.drafter.needs_target_hidden)
+
+    def _check_sliding_window(self, total: int) -> None:
+        """Sliding-window layers (Gemma-3) get the same full tree mask as the others,
+        which is exact only while the sequence fits in the window."""
+        config = self.model.config
+        window = getattr(config, "sliding_window", None)
+        sliding = "sliding_attention" in (getattr(config, "layer_types", None) or [])
+        if window and sliding and total > int(window):
+            raise ValueError(f"prompt + max_new_tokens = {total} tokens exceeds the sliding window of "
+                             f"{window} tokens of this model; the decoder's tree mask is exact only "
+                             "within the window")
 
     # -- one round ----------------------------------------------------------------
     def _clip_proposal(self, proposal: DraftProposal, max_depth: int, max_nodes: int) -> DraftProposal:
@@ -228,6 +239,7 @@ class SpeculativeDecoder:
         if int(max_new_tokens) < 0:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         ids = validate_prompt(prompt_ids, self.vocab_size, self.context_window)
+        self._check_sliding_window(int(ids.numel()) + int(max_new_tokens))
         cache = new_cache()
         t0 = self._clock()
         hidden = self._prefill(cache, ids[:-1])

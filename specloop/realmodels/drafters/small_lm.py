@@ -65,7 +65,7 @@ class _CachedLM:
         keep = min(_common_prefix(self.ids, seq), len(seq) - 1)
         crop(self.cache, keep)
         self.ids = self.ids[:keep]
-        out = causal_forward(self.model, self.cache, self._feed(seq[keep:]))
+        out = causal_forward(self.model, self.cache, self._feed(seq[keep:]), logits_to_keep=1)
         self.ids.extend(seq[keep:])
         logits = out.logits[0, -1].float()
         check_finite(logits, "draft model")

@@ -1,0 +1,241 @@
+"""Decoding speed of the real-model speculative decoder against HF baselines (issue 5).
+
+Same run, same prompts (held-out HumanEval and MT-bench from `specloop.data.prompts`,
+chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target``):
+
+* ``hf-greedy``            plain greedy, ``model.generate`` (the baseline)
+* ``hf-prompt-lookup-N``   HF prompt lookup decoding (``prompt_lookup_num_tokens=N``)
+* ``hf-assisted``          HF assisted generation with a separate assistant model
+                           (``--assistant``; skipped when it is the target itself
+                           unless ``--self-assisted``)
+* ``specloop-greedy``      our decoder with k = 0 (plain decoding through our code path)
+* ``specloop-ngram-chain`` / ``specloop-ngram-tree``  n-gram drafts, chain and a trie
+                           of several continuations verified in one forward
+* ``specloop-<draft>-chain`` small-LM drafts when ``--draft-model`` is given
+
+for each dtype (float32, bfloat16): tokens/s (new tokens / seconds, prefill
+included, as HF's generate includes it), mean accepted length (tau, bonus included),
+speedup vs plain greedy in the same precision (``speedup``) and vs the faster of
+the two plain baselines in any precision (``speedup_vs_best_plain``), and the ratio
+to the best HF prompt-lookup setting (``vs_hf_prompt_lookup``). A warm-up pass is
+dropped; each method runs ``--repeats`` times over all prompts (methods interleaved
+per repeat) and the median per-repeat tokens/s is reported. Also writes the
+verification-time-vs-number-of-tokens table (the schema of
+``specloop/sim/data/smollm2_135m_cpu_verify_cost.json``) measured through the
+decoder's own verification forward (tree mask, explicit positions).
+
+    OMP_NUM_THREADS=2 python benchmarks/decode.py --json [--quick]
+
+Run it on a quiet machine: every number is a ratio measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _prompts(tokenizer, datasets: list[str], limit: int) -> list[tuple[str, str, list[int]]]:
+    from specloop.cli.generate_cmd import encode_prompt
+    from specloop.data.prompts import load_prompts
+    out = []
+    for dataset in datasets:
+        for prompt in load_prompts(dataset, split="heldout", limit=limit):
+            out.append((dataset, prompt.id, encode_prompt(tokenizer, prompt.text)))
+    return out
+
+
+def _hf_runner(model, eos, **gen_kwargs):
+    import torch
+
+    def run(ids: list[int], max_new: int) -> tuple[int, float, float]:
+        inputs = torch.tensor([ids])
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new,
+                                 do_sample=False, temperature=None, top_p=None, top_k=None,
+                                 eos_token_id=eos, pad_token_id=eos[0], **gen_kwargs)
+        return out.shape[1] - len(ids), time.perf_counter() - t0, float("nan")
+    return run
+
+
+def _spec_runner(target, drafter, policy):
+    from specloop.realmodels.decoder import SpeculativeDecoder
+    decoder = SpeculativeDecoder(target, drafter, policy=policy)
+
+    def run(ids: list[int], max_new: int) -> tuple[int, float, float]:
+        t0 = time.perf_counter()
+        result = decoder.generate(ids, max_new)
+        seconds = time.perf_counter() - t0
+        tau = result.trace.mean_accepted_length() if len(result.trace) else float("nan")
+        return len(result.new_tokens), seconds, tau
+    return run
+
+
+def _methods(target, args) -> dict:
+    from specloop.realmodels.decoder import eos_ids_of
+    from specloop.realmodels.drafters.ngram import NGramDrafter
+    from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
+    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
+
+    eos = sorted(eos_ids_of(target.model, target.tokenizer))
+    methods = {"hf-greedy": _hf_runner(target.model, eos)}
+    for n in args.lookup_tokens:
+        methods[f"hf-prompt-lookup-{n}"] = _hf_runner(target.model, eos, prompt_lookup_num_tokens=n)
+    methods["specloop-greedy"] = _spec_runner(target, NGramDrafter(), FixedDraftPolicy(0))
+    methods["specloop-ngram-chain"] = _spec_runner(target, NGramDrafter(), FixedDraftPolicy(args.k))
+    methods["specloop-ngram-tree"] = _spec_runner(target, NGramDrafter(max_matches=args.tree_width),
+                                                  FixedDraftPolicy(args.tree_depth, parse_tree_shape(
+                                                      f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
+                                                      + f",v={args.tree_nodes}")))
+    if args.draft_model:
+        drafter = make_small_lm_drafter(target, args.draft_model, dtype=args.current_dtype)
+        methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.k))
+        assistant = drafter.lm.model
+        methods["hf-assisted"] = _hf_runner(target.model, eos, assistant_model=assistant)
+    return methods
+
+
+def _bench_dtype(dtype: str, prompts, args) -> dict:
+    from specloop.realmodels.loading import load_model
+    target = load_model(args.target, dtype=dtype)
+    args.current_dtype = dtype
+    methods = _methods(target, args)
+    for name, run in methods.items():  # warm-up, dropped
+        run(prompts[0][2], min(8, args.max_new_tokens))
+    per_repeat = {name: [] for name in methods}
+    tau = {name: [] for name in methods}
+    tokens = {name: 0 for name in methods}
+    for repeat in range(args.repeats):
+        order = list(methods) if repeat % 2 == 0 else list(reversed(methods))
+        for name in order:
+            total_tokens, total_seconds, taus = 0, 0.0, []
+            for _, _, ids in prompts:
+                n, seconds, t = methods[name](ids, args.max_new_tokens)
+                total_tokens += n
+                total_seconds += seconds
+                taus.append(t)
+            per_repeat[name].append(total_tokens / total_seconds)
+            tau[name].append(statistics.fmean(taus))
+            tokens[name] = total_tokens
+            print(f"[{dtype}] repeat {repeat} {name}: {total_tokens / total_seconds:.2f} tok/s", file=sys.stderr)
+    out = {}
+    for name in methods:
+        out[name] = {"tokens_per_s": statistics.median(per_repeat[name]),
+                     "tokens_per_s_all": per_repeat[name],
+                     "mean_accepted_length": statistics.median(tau[name]),
+                     "new_tokens": tokens[name]}
+    out["verify_cost"] = _verify_cost(target, args)
+    return out
+
+
+def _verify_cost(target, args) -> dict:
+    """Median seconds of the decoder's verification forward over n tokens (chain
+    mask) on a ``--cache-len`` cache, n = 1..``--max-verify``."""
+    import torch
+    from specloop.realmodels.kvcache import causal_forward, crop, model_forward, new_cache
+    from specloop.realmodels.tree import verify_block_inputs
+    model = target.model
+    dtype = next(model.parameters()).dtype
+    gen = torch.Generator().manual_seed(0)
+    prompt = torch.randint(0, target.vocab_size, (args.cache_len,), generator=gen)
+    block = torch.randint(0, target.vocab_size, (args.max_verify,), generator=gen)
+    cache = new_cache()
+    causal_forward(model, cache, prompt)
+    ns = list(range(1, args.max_verify + 1))
+    samples = {n: [] for n in ns}
+    for repeat in range(args.verify_repeats + 1):
+        for n in (ns if repeat % 2 == 0 else ns[::-1]):
+            mask, pos = verify_block_inputs(torch.arange(-1, n - 2), args.cache_len, dtype, "cpu")
+            t0 = time.perf_counter()
+            model_forward(model, cache, block[:n], mask, pos)
+            seconds = time.perf_counter() - t0
+            crop(cache, args.cache_len)
+            if repeat > 0:  # repeat 0 is warm-up
+                samples[n].append(seconds)
+    return {"num_tokens": ns, "seconds": [statistics.median(samples[n]) for n in ns],
+            "seconds_min": [min(samples[n]) for n in ns], "seconds_max": [max(samples[n]) for n in ns]}
+
+
+def _ratios(results: dict) -> None:
+    best_plain = max(results[d]["hf-greedy"]["tokens_per_s"] for d in results)
+    for dtype, table in results.items():
+        base = table["hf-greedy"]["tokens_per_s"]
+        lookups = [v["tokens_per_s"] for k, v in table.items() if k.startswith("hf-prompt-lookup")]
+        best_lookup = max(lookups) if lookups else float("nan")
+        for name, row in table.items():
+            if name == "verify_cost":
+                continue
+            row["speedup"] = row["tokens_per_s"] / base
+            row["speedup_vs_best_plain"] = row["tokens_per_s"] / best_plain
+            row["vs_hf_prompt_lookup"] = row["tokens_per_s"] / best_lookup
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the result JSON on stdout")
+    parser.add_argument("--quick", action="store_true", help="2 prompts per dataset, 1 repeat, 48 tokens")
+    parser.add_argument("--target", default="smollm2-135m")
+    parser.add_argument("--draft-model", default=None, help="small-LM draft (and HF assistant) model name")
+    parser.add_argument("--datasets", default="humaneval,mt-bench")
+    parser.add_argument("--prompts", type=int, default=5, help="held-out prompts per dataset")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dtypes", default="float32,bfloat16")
+    parser.add_argument("--k", type=int, default=6, help="chain length for specloop chains")
+    parser.add_argument("--tree-width", type=int, default=4, help="n-gram continuations in the tree")
+    parser.add_argument("--tree-depth", type=int, default=8)
+    parser.add_argument("--tree-nodes", type=int, default=24, help="verify size cap of the n-gram tree")
+    parser.add_argument("--lookup-tokens", default="3,10", help="HF prompt_lookup_num_tokens settings")
+    parser.add_argument("--cache-len", type=int, default=200)
+    parser.add_argument("--max-verify", type=int, default=32)
+    parser.add_argument("--verify-repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=RESULTS / "decode.json")
+    parser.add_argument("--verify-out", type=Path, default=RESULTS / "decode_verify_cost.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.prompts, args.repeats, args.max_new_tokens, args.verify_repeats = 2, 1, 48, 2
+    args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
+    import torch
+    import transformers
+    from specloop.realmodels.loading import load_model
+
+    tokenizer = load_model(args.target).tokenizer
+    prompts = _prompts(tokenizer, args.datasets.split(","), args.prompts)
+    load_before = os.getloadavg()
+    results = {dtype: _bench_dtype(dtype, prompts, args) for dtype in args.dtypes.split(",")}
+    verify = {dtype: results[dtype].pop("verify_cost") for dtype in results}
+    _ratios(results)
+    meta = {"target": args.target, "draft_model": args.draft_model, "datasets": args.datasets,
+            "prompts": [f"{d}/{i}" for d, i, _ in prompts], "max_new_tokens": args.max_new_tokens,
+            "repeats": args.repeats, "k": args.k, "tree": [args.tree_width, args.tree_depth, args.tree_nodes],
+            "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
+            "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    out = {"meta": meta, "results": results}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2))
+    verify_meta = dict(meta, model=args.target, device="cpu", cache_len=args.cache_len,
+                       source="benchmarks/decode.py (decoder verification forward, 4D float mask)")
+    args.verify_out.write_text(json.dumps({"meta": verify_meta, "tables": verify}, indent=2))
+    if args.json:
+        print(json.dumps(out, indent=2))
+    for dtype, table in results.items():
+        for name, row in table.items():
+            print(f"{dtype:9s} {name:28s} {row['tokens_per_s']:7.2f} tok/s  tau {row['mean_accepted_length']:.2f}  "
+                  f"speedup {row['speedup']:.2f}  vs-lookup {row['vs_hf_prompt_lookup']:.2f}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
