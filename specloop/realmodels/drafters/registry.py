@@ -7,7 +7,8 @@ keyword arguments (``dtype``, ``device``, ``checkpoint`` ...; a factory must acc
 and ignore options it does not know). Built in: ``ngram`` (prompt lookup) and
 ``small-lm`` (a separate small LM; option ``model`` = registry name / HF id /
 path, default ``smollm2-135m``). Any name that is not registered is treated as a
-model name or path for a small-LM draft, so ``--draft smollm2-135m`` works.
+model name or path for a plain (untrained) small-LM draft,
+`drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
 The trained-heads package registers ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
 ``hybrid`` from its own module.
 """
@@ -52,7 +53,8 @@ def make_drafter(name: str, target: Any, **options: Any):
     _ensure_builtins()
     if name in _FACTORIES:
         return _FACTORIES[name](target, **options)
-    return _FACTORIES["small-lm"](target, model=name, **options)
+    from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
+    return make_small_lm_drafter(target, model=name, **options)
 
 
 _BUILTINS_DONE = False
@@ -74,5 +76,6 @@ def _ensure_builtins() -> None:
     _FACTORIES.setdefault("small-lm", make_small_lm_drafter)
     try:  # the trained-heads package registers its drafters on import, if present
         import specloop.realmodels.heads.registry  # noqa: F401
-    except ImportError:
-        pass
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("specloop.realmodels.heads", "specloop.realmodels.heads.registry"):
+            raise
