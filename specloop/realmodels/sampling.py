@@ -94,7 +94,7 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator) -> int:
     """Draw one token id from a (V,) distribution with an owned Generator
     (inverse CDF on one uniform, so the stream of uniforms is the only randomness)."""
     u = torch.rand((), generator=generator, device=generator.device, dtype=torch.float64)
-    cdf = probs.double().cumsum(-1)
+    cdf = probs.detach().double().to(generator.device).cumsum(-1)
     # side="right": the first bin whose cdf exceeds u * total, never a zero bin
     idx = int(torch.searchsorted(cdf, (u * cdf[-1]).reshape(1), right=True).item())
     return min(idx, probs.shape[-1] - 1)
