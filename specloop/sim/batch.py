@@ -38,9 +38,9 @@ class StreamResult:
 
 def _segments(stream, rounds: int):
     start = 0
-    key = stream._state_key(0)
+    key = stream.state_key(0)
     for t in range(1, rounds):
-        new = stream._state_key(t)
+        new = stream.state_key(t)
         if new != key:
             yield start, t
             start, key = t, new

@@ -147,10 +147,10 @@ class ParametricDraft:
         Raises:
             ValueError: bad shapes, context or probability vector.
         """
-        u, w, _ = self._check_params(params)
+        u, w, b = self._check_params(params)
         c = self._check_context(context)
         p = check_probability_vector(p_target, self.vocab_size)
-        z = (u[c] @ w + params[2]) / self.temperature
+        z = (u[c] @ w + b) / self.temperature
         z = z - z.max()
         log_q = z - np.log(np.exp(z).sum())
         support = p > 0
@@ -209,7 +209,7 @@ class NoisyDraft:
     def q_table(self, t: int) -> np.ndarray:
         """float64 (C, V): q_t(. | c) for every context (cached; do not modify)."""
         s = 0 if self.frozen else int(t)
-        key = self.stream._state_key(s)
+        key = self.stream.state_key(s)
         if key != self._key:
             z = (self.stream.logits_table(s) + self.noise * self._eps) / (
                 self.stream.options.temperature * self.temperature)

@@ -203,8 +203,9 @@ class TargetStream:
         if not 0 <= int(t) < self.rounds:
             raise ValueError(f"round index {t} outside [0, {self.rounds})")
 
-    def _state_key(self, t: int) -> tuple:
-        """Rounds with equal keys have identical target tables."""
+    def state_key(self, t: int) -> tuple:
+        """A hashable key of round t's targets: rounds with equal keys have identical
+        target tables (used to reuse tables across rounds)."""
         if self.scenario == "stationary":
             return (0,)
         if self.scenario == "piecewise":
@@ -241,7 +242,7 @@ class TargetStream:
 
         The last table is cached; do not modify the returned array.
         """
-        key = self._state_key(t)
+        key = self.state_key(t)
         if key != self._cache_key:
             self._cache_table = _softmax_rows(self.logits_table(t), self.options.temperature)
             self._cache_key = key
