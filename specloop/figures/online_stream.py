@@ -5,8 +5,8 @@ against online drafts — OnlineSpec's per-chunk curves.
 Sources, in order of preference:
 
 1. ``specloop stream`` (issue 7), when that command exists: it serves the stream
-   with frozen and online-adapted drafts (Hydra, OSD-Hydra, Opt-Hydra at the quick
-   scale) and reports per-chunk numbers and its greedy baseline.
+   with frozen and online-adapted drafts (Hydra and Opt-Hydra at the quick scale;
+   also OSD-Hydra, Ens-Hydra, EAGLE, Ens-EAGLE at full scale) and reports per-chunk numbers and its greedy baseline.
 2. Otherwise (no command, or no method it could run) this module serves the stream itself with the real decoder on the
    embedded SmolLM2-135M target, for every draft it can run *frozen* (n-gram prompt
    lookup; trained heads whose checkpoint is saved), plus plain HF greedy decoding
@@ -37,7 +37,7 @@ SIZES = {
     "full": {"per_dataset": 8, "chunk": 4, "max_new_tokens": 128, "k": 4,
              "methods": ("hydra", "osd-hydra", "opt-hydra", "ens-hydra", "eagle", "ens-eagle")},
     "quick": {"per_dataset": 2, "chunk": 2, "max_new_tokens": 48, "k": 4,
-              "methods": ("hydra", "osd-hydra", "opt-hydra")},
+              "methods": ("hydra", "opt-hydra")},
     "tiny": {"per_dataset": 1, "chunk": 1, "max_new_tokens": 10, "k": 3,
              "methods": ("hydra", "opt-hydra")},
 }

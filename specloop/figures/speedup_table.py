@@ -33,7 +33,7 @@ TARGET_VS_PROMPT_LOOKUP = 1.3  # issue 5: specloop tree n-gram >= 1.3x HF prompt
 # benchmarks/decode.py arguments per scale (its defaults at full scale).
 DECODE_ARGS = {
     "full": [],
-    "quick": ["--quick", "--max-verify", "16"],
+    "quick": ["--quick", "--lookup-tokens", "10", "--max-verify", "8"],
     "tiny": ["--prompts", "1", "--repeats", "1", "--max-new-tokens", "8", "--verify-repeats", "1",
              "--max-verify", "2", "--lookup-tokens", "3", "--dtypes", "float32"],
 }
