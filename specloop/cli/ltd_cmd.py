@@ -40,12 +40,12 @@ def register(subparsers) -> None:
     train = sub.add_parser("train", help="train LTD policies (sim: from scratch; real: fine-tune)")
     _common(train)
     train.add_argument("--name", default=None, help="policy name (default ltd-sim / ltd-real)")
-    train.add_argument("--depth-steps", type=int, default=20_480, help="initial depth-policy env steps")
-    train.add_argument("--size-steps", type=int, default=8_192, help="initial size-policy env steps (cycles)")
+    train.add_argument("--depth-steps", type=int, default=30_720, help="initial depth-policy env steps")
+    train.add_argument("--size-steps", type=int, default=16_384, help="initial size-policy env steps (cycles)")
     train.add_argument("--rounds", type=int, default=2, help="alternating co-training rounds")
-    train.add_argument("--co-depth-steps", type=int, default=8_192)
-    train.add_argument("--co-size-steps", type=int, default=4_096)
-    train.add_argument("--fixed-verify-size", type=int, default=16,
+    train.add_argument("--co-depth-steps", type=int, default=12_288)
+    train.add_argument("--co-size-steps", type=int, default=8_192)
+    train.add_argument("--fixed-verify-size", type=int, default=12,
                        help="V while the depth policy trains alone (LTD: 60 on a GPU)")
     train.add_argument("--reward", choices=REWARDS, default="throughput")
     train.add_argument("--reward-ablation", action="store_true",
@@ -57,6 +57,10 @@ def register(subparsers) -> None:
     ev.add_argument("--policy", default=None, help="LTD policy name (default ltd-sim / ltd-real)")
     ev.add_argument("--episodes", type=int, default=48, help="(sim) evaluation prompts")
     ev.add_argument("--json", action="store_true", help="print the result as JSON")
+    ev.add_argument("--grid-only", action="store_true",
+                    help="(real) only grid-search the static trees and save ltd_grid_real.json under --out")
+    ev.add_argument("--reuse-grid", action="store_true",
+                    help="(real) reuse --out/ltd_grid_real.json from an earlier --grid-only run")
     ev.set_defaults(func=_eval)
 
 
@@ -67,7 +71,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prompts", type=int, default=8, help="(real) prompts per evaluation / training pass")
     p.add_argument("--max-new-tokens", type=int, default=64, help="(real) tokens per prompt")
     p.add_argument("--drafter", default=None, help="(real) drafter checkpoint / name (see realmodels.ltd_env)")
-    p.add_argument("--dtype", default="float32", help="(real) target dtype")
+    p.add_argument("--dtype", default="bfloat16",
+                   help="(real) target dtype (bfloat16: the sim's cost column; float32 for exactness)")
 
 
 # -- train -----------------------------------------------------------------------------
@@ -161,6 +166,8 @@ def _eval(args) -> int:
         from specloop.realmodels.ltd_env import real_eval
         result, decisions = real_eval(args, LTDConfig(), _ablation_policies, grid_search_static,
                                       evaluate_rows, _load_optional)
+        if result is None:          # --grid-only
+            return 0
     else:
         result, decisions = _sim_eval(args)
     _write(args, result, decisions)

@@ -452,19 +452,31 @@ def fine_tune(policy, args, config: LTDConfig):
     return tuned, log
 
 
-REAL_GRID_DEPTHS = (1, 2, 3, 4, 5, 6, 8)
+REAL_GRID_DEPTHS = (1, 2, 3, 4, 5, 6, 8)   # V: the config's sizes >= 4
 
 
 def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, load_optional):
     """Rows for ``specloop ltd eval --env real``: static trees grid-searched on
     HumanEval warm-up prompts, then on held-out prompts the best static tree, the
     sim-trained LTD and its ablations, and the real-fine-tuned LTD (transfer)."""
-    name = args.policy or "ltd-sim"
+    import json
+
     from specloop.strategies.ltd import LTDPolicy, load_policy
+    grid_file = args.out / "ltd_grid_real.json"
+    if getattr(args, "reuse_grid", False) and grid_file.is_file():
+        saved = json.loads(grid_file.read_text())
+        best, grid = saved["best"], saved["grid"]
+    else:
+        tune = _harness(args, config, "warmup")
+        depths = [d for d in REAL_GRID_DEPTHS if d <= tune.max_depth]
+        best, grid = grid_search(lambda p: tune.run(p), config, depths, [s for s in config.verify_sizes if s >= 4])
+        args.out.mkdir(parents=True, exist_ok=True)
+        grid_file.write_text(json.dumps({"best": best, "grid": grid, "prompts": args.prompts,
+                                         "max_new_tokens": args.max_new_tokens, "dtype": args.dtype}, indent=2))
+    if getattr(args, "grid_only", False):
+        return None, None
+    name = args.policy or "ltd-sim"
     ltd = load_policy(name)
-    tune = _harness(args, ltd.config, "warmup")
-    depths = [d for d in REAL_GRID_DEPTHS if d <= tune.max_depth]
-    best, grid = grid_search(lambda p: tune.run(p), ltd.config, depths, [s for s in ltd.config.verify_sizes if s >= 4])
     harness = _harness(args, ltd.config, "heldout")
     best_tps = harness.run(LTDPolicy(ltd.config, static_depth=best["depth"],
                                      static_verify_size=best["verify_size"]))[0].tokens_per_second()

@@ -27,7 +27,8 @@ evaluated with the same seed meet the same text (common random numbers: their
 tokens/s differences are not swamped by which regimes the prompts happened to hit).
 
 Costs (`TableCost`): verify time = the measured table at V + 1 tokens
-(``specloop/sim/data``; without it, the SmolLM2-135M CPU numbers of DESIGN.md); a
+(``specloop/sim/data``; without it, the SmolLM2-135M CPU numbers of DESIGN.md),
+made non-decreasing and extended by `monotone_cost_table`; a
 draft step costs ``draft_cost_ratio`` x one target forward (stated ratio: an
 EAGLE-style head step over a reduced vocabulary is ~2 ms against ~33 ms).
 """
@@ -50,7 +51,7 @@ from specloop.strategies.ltd import LTDConfig
 from specloop.strategies.ltd_train import DepthEnv, SizeEnv
 
 __all__ = ["TreeWorldOptions", "TreeWorld", "SimTreeEngine", "make_depth_env", "make_size_env",
-           "run_policy", "DESIGN_VERIFY_COST"]
+           "run_policy", "DESIGN_VERIFY_COST", "monotone_cost_table"]
 
 # DESIGN.md, "Real models on this machine": SmolLM2-135M verify forward, 200-token cache
 DESIGN_VERIFY_COST = {"float32": ([1, 4, 8, 16], [0.033, 0.053, 0.064, 0.069]),
@@ -77,15 +78,15 @@ class TreeWorldOptions:
 
     vocab_size: int = 64
     num_contexts: int = 256
-    regime_temperatures: tuple[float, ...] = (0.3, 0.5, 0.7)
-    regime_noise: tuple[float, ...] = (0.3, 0.6, 0.9)
+    regime_temperatures: tuple[float, ...] = (0.25, 0.45, 0.7)
+    regime_noise: tuple[float, ...] = (0.2, 0.5, 0.9)
     regime_switch_prob: float = 1 / 32
     rounds_per_episode: int = 64
     prompt_length: tuple[int, int] = (32, 768)
     mode: str = "sampling"
     draft_cost_ratio: float = 0.06
     cost_table: str | None = None
-    cost_dtype: str = "float32"
+    cost_dtype: str = "bfloat16"
     seed: int = 0
 
     def validate(self) -> None:
@@ -106,6 +107,38 @@ class TreeWorldOptions:
             raise ValueError("draft_cost_ratio must be >= 0")
 
 
+def _isotonic(values: np.ndarray) -> np.ndarray:
+    """Non-decreasing least-squares fit (pool adjacent violators)."""
+    blocks: list[list[float]] = []                      # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, c2), (m1, c1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2])
+    return np.concatenate([np.full(int(c), m) for m, c in blocks])
+
+
+def monotone_cost_table(table, extend_to: int = 256):
+    """A measured verify-cost table made usable for planning: the seconds are
+    replaced by their non-decreasing least-squares fit (a noisy measurement can make
+    a larger forward look cheaper) and the table is extended to ``extend_to`` tokens
+    along the least-squares slope of the measured points (>= 0), instead of the
+    last segment's (which noise can make negative).
+
+    Returns:
+        a `specloop.theory.VerifyCostTable`.
+    """
+    from specloop.theory import VerifyCostTable
+
+    n, secs = np.asarray(table.num_tokens, dtype=np.float64), np.asarray(table.seconds, dtype=np.float64)
+    fitted = _isotonic(secs)
+    if n.size >= 2 and extend_to > n[-1]:
+        slope = max(float(np.polyfit(n, secs, 1)[0]), 0.0)
+        n = np.append(n, float(extend_to))
+        fitted = np.append(fitted, fitted[-1] + slope * (extend_to - n[-2]))
+    return VerifyCostTable(num_tokens=n, seconds=fitted)
+
+
 def _cost_model(options: TreeWorldOptions) -> tuple[TableCost, str]:
     from specloop.theory import VerifyCostTable
 
@@ -117,7 +150,8 @@ def _cost_model(options: TreeWorldOptions) -> tuple[TableCost, str]:
             raise
         tokens, seconds = DESIGN_VERIFY_COST[options.cost_dtype]
         table, source = VerifyCostTable(num_tokens=tokens, seconds=seconds), "DESIGN.md SmolLM2-135M numbers"
-    return TableCost(table, options.draft_cost_ratio * float(table(1))), source
+    table = monotone_cost_table(table)
+    return TableCost(table, options.draft_cost_ratio * float(table(1))), source + " (monotone fit)"
 
 
 @dataclass

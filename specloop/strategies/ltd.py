@@ -63,9 +63,10 @@ class LTDConfig:
         max_depth: largest draft depth D the depth policy may reach (tokens, >= 1);
             LTD trains the size policy under random depths 1..12.
         verify_sizes: the size policy's discrete action set of V (nodes sent to the
-            target), increasing. LTD uses about 20..240 on a GPU; the default here is
-            scaled to what this CPU verifies cheaply (the measured SmolLM2-135M
-            table: 16 tokens cost ~1.2x one token in bf16, fp32 ~2x).
+            target), increasing. LTD uses about 20..240 on a GPU; the default here
+            is scaled to what this CPU verifies (the measured SmolLM2-135M table in
+            ``specloop/sim/data`` covers 1..32 tokens; 33 tokens cost ~2.9x one in
+            fp32, ~1.9x in bf16).
         context_scale: L is observed as min(L / context_scale, 4) (tokens).
         size_obs_probs: how many of the tree's node probabilities (the largest,
             sorted) the size policy observes; an EAGLE-2 tree of depth D has
@@ -74,9 +75,9 @@ class LTDConfig:
 
     top_k: int = 6
     max_depth: int = 12
-    verify_sizes: tuple[int, ...] = (2, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+    verify_sizes: tuple[int, ...] = (2, 4, 6, 8, 12, 16, 20, 24, 28, 32)
     context_scale: float = 1024.0
-    size_obs_probs: int = 128
+    size_obs_probs: int = 64
 
     def __post_init__(self) -> None:
         check_k(self.top_k, "top_k", 1)

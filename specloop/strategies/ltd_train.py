@@ -250,12 +250,12 @@ class CoTrainSchedule:
     ``rounds`` alternations (depth with the size policy fixed, then size with the
     new depth policy fixed). Steps are environment steps."""
 
-    depth_steps: int = 40_960
-    size_steps: int = 12_288
+    depth_steps: int = 30_720
+    size_steps: int = 16_384
     rounds: int = 2
-    co_depth_steps: int = 16_384
-    co_size_steps: int = 6_144
-    fixed_verify_size: int = 16
+    co_depth_steps: int = 12_288
+    co_size_steps: int = 8_192
+    fixed_verify_size: int = 12
     n_steps: int | None = None
 
 
