@@ -29,6 +29,16 @@ way). Equal to KL(p || q) up to the entropy of p, which does not depend on w.
 Heads are unrolled teacher-forced on the committed tokens (Hydra's sequential
 dependence uses the heads' own features).
 
+The distilled small-LM draft (Vanilla SD / OSD rows; `SmallLMObjective`) uses the
+same cross-entropy, re-running the draft with gradients over the last ``window``
+context tokens and the accepted tokens. EAGLE / EAGLE-3 drafters have no objective
+yet (their drafter does not expose a differentiable re-run over the round's target
+features): their online methods fail with a ValueError saying so.
+
+Default step sizes (`DEFAULT_LR`) come from a probe on SmolLM2-135M's Hydra heads:
+plain OGD at 0.05 diverged (NaN draft logits), 1e-3..3e-3 lowered the in-stream
+loss fastest without raising the loss on later prompts.
+
 OSD (Liu et al. 2024) distils only on rounds with a rejection: the learner receives
 an oracle for those rounds only.
 """
@@ -48,7 +58,7 @@ import torch
 
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
 
-__all__ = ["FeatureSample", "FeatureHeadObjective", "objective_for", "OnlineConfig", "OnlineAdapter",
+__all__ = ["FeatureSample", "ContextSample", "FeatureHeadObjective", "SmallLMObjective", "objective_for", "OnlineConfig", "OnlineAdapter",
            "OnlineDrafter", "make_learner", "LEARNER_KINDS", "save_checkpoint", "load_checkpoint"]
 
 LEARNER_KINDS = ("ogd", "opt", "ens", "opt-ens", "osd")
@@ -76,12 +86,39 @@ class FeatureSample:
     rejected: bool
 
     def to_dict(self) -> dict:
-        return {"h": self.h, "tokens": self.tokens, "target_rows": self.target_rows,
+        return {"kind": "feature", "h": self.h, "tokens": self.tokens, "target_rows": self.target_rows,
                 "target_probs": self.target_probs, "rejected": self.rejected}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FeatureSample":
+    def from_dict(cls, d: dict):
+        """Rebuild a `FeatureSample` or `ContextSample` from its ``to_dict``."""
+        if d.get("kind") == "context":
+            return ContextSample(d["ids"], int(d["start"]), d["target_rows"], d["target_probs"],
+                                 bool(d["rejected"]))
         return cls(d["h"], d["tokens"], d["target_rows"], d["target_probs"], bool(d["rejected"]))
+
+
+@dataclass(frozen=True)
+class ContextSample:
+    """One round's verified positions for a small-LM draft.
+
+    Attributes:
+        ids: int64 (T,) the last context tokens up to the pending token, then the
+            accepted draft tokens; the draft's logits at the last m positions are
+            compared with the target's rows.
+        start: absolute position of ``ids[0]`` (position ids of the re-run).
+        target_rows, target_probs, rejected: as in `FeatureSample` (m rows).
+    """
+
+    ids: torch.Tensor
+    start: int
+    target_rows: torch.Tensor
+    target_probs: torch.Tensor
+    rejected: bool
+
+    def to_dict(self) -> dict:
+        return {"kind": "context", "ids": self.ids, "start": self.start, "target_rows": self.target_rows,
+                "target_probs": self.target_probs, "rejected": self.rejected}
 
 
 def _sparse_targets(logits: torch.Tensor, target_to_draft: torch.Tensor, top_m: int):
@@ -124,7 +161,7 @@ class FeatureHeadObjective:
         self.is_hydra = isinstance(drafter, HydraDrafter)
         self.top_m = int(top_m)
 
-    def collect(self, feedback: VerifyFeedback) -> FeatureSample | None:
+    def collect(self, feedback: VerifyFeedback, context_ids: torch.Tensor | None = None) -> FeatureSample | None:
         """The sample of this round (None when the drafter has no feature yet)."""
         h = getattr(self.drafter, "_h", None)
         pending = getattr(self.drafter, "_pending", None)
@@ -167,19 +204,76 @@ class FeatureHeadObjective:
         return total / max(count, 1)
 
 
-def objective_for(drafter, **options) -> FeatureHeadObjective:
+def _cross_entropy(logp: torch.Tensor, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Sum over rows of -sum_j probs[j] log q[rows[j]] (rows -1 = padding)."""
+    picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
+    return -(probs * picked).sum()
+
+
+class SmallLMObjective:
+    """Loss and samples for the distilled small-LM draft (`SmallLMDraftDrafter`;
+    the Vanilla SD / OSD rows): the draft is re-run with gradients over the last
+    ``window`` context tokens plus the accepted draft tokens, and its logits at the
+    pending token and each accepted token are compared with the target's rows
+    (cross-entropy, as `FeatureHeadObjective`).
+
+    Raises:
+        ValueError: another drafter kind; window or top_m < 1.
+    """
+
+    def __init__(self, drafter, top_m: int = 32, window: int = 128) -> None:
+        from specloop.realmodels.heads.small_lm import SmallLMDraftDrafter
+        if not isinstance(drafter, SmallLMDraftDrafter):
+            raise ValueError(f"SmallLMObjective needs a small-LM draft drafter, got {type(drafter).__name__}")
+        if int(top_m) < 1 or int(window) < 1:
+            raise ValueError(f"top_m and window must be >= 1, got {top_m}, {window}")
+        self.drafter, self.draft = drafter, drafter.draft
+        self.top_m, self.window = int(top_m), int(window)
+
+    def collect(self, feedback: VerifyFeedback, context_ids: torch.Tensor | None = None) -> ContextSample | None:
+        if context_ids is None or context_ids.numel() == 0:
+            return None
+        m = min(feedback.num_accepted + 1, int(feedback.target_logits.shape[0]))
+        accepted = [int(feedback.proposal.tokens[j]) for j in feedback.accepted_nodes[: m - 1]]
+        ctx = context_ids.reshape(-1).long().cpu()
+        start = max(0, int(ctx.numel()) - self.window)
+        ids = torch.cat([ctx[start:], torch.tensor(accepted, dtype=torch.long)])
+        rows, probs = _sparse_targets(feedback.target_logits[:m], self.draft.lm_head.target_to_draft, self.top_m)
+        rejected = feedback.num_accepted < feedback.proposal.depth
+        return ContextSample(ids, start, rows, probs, bool(rejected))
+
+    def loss(self, samples: list[ContextSample]) -> torch.Tensor:
+        if not samples:
+            raise ValueError("loss of an empty batch")
+        device = self.draft.lm_head.proj.weight.device
+        total, count = None, 0
+        for s in samples:
+            m = int(s.target_rows.shape[0])
+            pos = torch.arange(s.start, s.start + s.ids.numel(), device=device)[None]
+            logits, _ = self.draft(s.ids[None].to(device), None, pos, use_cache=False)
+            logp = torch.log_softmax(logits[0, -m:].float(), -1)
+            term = _cross_entropy(logp, s.target_rows.to(device), s.target_probs.to(device))
+            total = term if total is None else total + term
+            count += m
+        return total / max(count, 1)
+
+
+def objective_for(drafter, **options):
     """The online objective of a drafter.
 
     Raises:
         ValueError: a drafter kind without an online objective (names what is missing).
     """
     from specloop.realmodels.heads.head_drafting import FeatureHeadDrafter
+    from specloop.realmodels.heads.small_lm import SmallLMDraftDrafter
     if isinstance(drafter, FeatureHeadDrafter):
         return FeatureHeadObjective(drafter, **options)
+    if isinstance(drafter, SmallLMDraftDrafter):
+        return SmallLMObjective(drafter, **options)
     raise ValueError(f"no online objective for drafter {getattr(drafter, 'name', type(drafter).__name__)!r}: "
-                     "online updates exist for the feature heads (hydra, medusa); EAGLE / EAGLE-3 "
-                     "and the small LM need a differentiable re-run of their draft at the verified "
-                     "positions, which their drafters do not expose yet")
+                     "online updates exist for the feature heads (hydra, medusa) and the distilled "
+                     "small LM; EAGLE / EAGLE-3 need a differentiable re-run of their head over the "
+                     "round's target features, which their drafter does not expose yet")
 
 
 # ----------------------------------------------------------------------------- learners
@@ -213,7 +307,7 @@ def make_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float 
     raise ValueError(f"unknown learner {kind!r}; choose from {LEARNER_KINDS}")
 
 
-DEFAULT_LR = {"ogd": 0.05, "opt": 0.05, "ens": 0.02, "opt-ens": 0.02, "osd": 1e-4}
+DEFAULT_LR = {"ogd": 2e-3, "opt": 2e-3, "ens": 1e-3, "opt-ens": 1e-3, "osd": 3e-4}
 
 
 @dataclass(frozen=True)
@@ -306,14 +400,16 @@ class OnlineAdapter:
 
     # -- loss / gradient ---------------------------------------------------------
     def _loss_grad(self, samples: list[FeatureSample]) -> tuple[float, list[torch.Tensor]]:
+        flags = [p.requires_grad for p in self.params]
         with torch.inference_mode(False), torch.enable_grad():
-            for p in self.params:
-                p.requires_grad_(True)
-                p.grad = None
-            loss = self.objective.loss(samples)
-            grads = torch.autograd.grad(loss, self.params, allow_unused=True)
-            for p in self.params:
-                p.requires_grad_(False)
+            try:
+                for p in self.params:
+                    p.requires_grad_(True)
+                loss = self.objective.loss(samples)
+                grads = torch.autograd.grad(loss, self.params, allow_unused=True)
+            finally:
+                for p, flag in zip(self.params, flags):
+                    p.requires_grad_(flag)
         out = [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(self.params, grads)]
         return float(loss.detach()), out
 
@@ -502,16 +598,20 @@ class OnlineDrafter:
         self.name = f"online-{getattr(inner, 'name', 'drafter')}"
         self.needs_target_hidden = tuple(getattr(inner, "needs_target_hidden", ()))
         self.round_losses: list[float] = []
+        self._context: torch.Tensor | None = None
 
     def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
+        self._context = None
         self.inner.reset(prompt_ids, target_hidden=target_hidden)
 
     def propose(self, request: DraftRequest) -> DraftProposal:
+        self._context = request.ids
         with self.adapter.lock:
             return self.inner.propose(request)
 
     def observe(self, feedback: VerifyFeedback) -> None:
-        sample = self.adapter.objective.collect(feedback)
+        sample = self.adapter.objective.collect(feedback, self._context)
+        self._context = None
         self.inner.observe(feedback)
         self.adapter.record(sample)
         self.round_losses.append(self.adapter.last_loss if sample is not None else math.nan)

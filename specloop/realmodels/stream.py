@@ -257,7 +257,8 @@ class StreamRunner:
         if not path.is_file():
             return fresh
         state = load_checkpoint(path)
-        if state.get("config") != fresh["config"] or state.get("method") != spec.name:
+        if not _same_settings(state.get("config"), fresh["config"], spec.learner is not None) \
+                or state.get("method") != spec.name:
             raise ValueError(f"{path} was written with other settings ({state.get('config')}); "
                              "use another --out folder or delete it")
         if adapter is not None and state.get("adapter") is not None:
@@ -273,6 +274,17 @@ class StreamRunner:
         kept = Trace([r for r in trace if r.stream_index < done], trace.meta)
         if len(kept) != len(trace) or not path.read_text(encoding="utf-8").endswith("\n"):
             kept.save(path)
+
+
+def _same_settings(saved: dict | None, current: dict, online: bool) -> bool:
+    """Whether a checkpoint's settings match; the online settings matter only to
+    methods that learn (a frozen draft or the baseline resumes across them)."""
+    if saved is None:
+        return False
+    if online:
+        return saved == current
+    strip = (lambda d: {k: v for k, v in d.items() if k != "online"})
+    return strip(saved) == strip(current)
 
 
 def summarise(trace: Trace, state: dict, chunk: int, num_prompts: int) -> dict:

@@ -160,3 +160,27 @@ def test_bad_input(target, tmp_path):
     serve(target, OnlineDrafter(inner, huge), prompts(1), max_new_tokens=8)
     with pytest.raises(ValueError, match="non-finite|NaN"):
         huge.end_chunk()
+
+
+def test_small_lm_online_is_lossless_learns_and_round_trips(target, tmp_path):
+    from tests.realmodels.test_online_util import small_lm_drafter
+    inner = small_lm_drafter(target)
+    before = params_of(inner)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="opt", lr=3e-3, batch_size=2))
+    stream = prompts(2)
+    results = serve(target, OnlineDrafter(inner, adapter), stream, max_new_tokens=14)
+    for ids, res in zip(stream, results):
+        assert res.new_tokens == plain_greedy(target.model, ids, 14)
+    assert adapter.num_steps > 0 and adapter.buffer[0].to_dict()["kind"] == "context"
+    assert sum(float((a - b).norm()) for a, b in zip(before, inner.parameters())) > 0
+    samples = adapter.buffer[:6]
+    loss0, _ = adapter._loss_grad(samples)
+    for _ in range(4):
+        adapter._step(samples)
+    assert adapter._loss_grad(samples)[0] < loss0
+    save_checkpoint(tmp_path / "s.pt", adapter.state_dict())
+    other_inner = small_lm_drafter(target)
+    other = OnlineAdapter(other_inner, OnlineConfig(learner="opt", lr=3e-3, batch_size=2))
+    other.load_state_dict(load_checkpoint(tmp_path / "s.pt"))
+    assert all(torch.equal(a, b) for a, b in zip(inner.parameters(), other_inner.parameters()))
+    assert [s.ids.tolist() for s in other.buffer] == [s.ids.tolist() for s in adapter.buffer]

@@ -35,3 +35,10 @@ def medusa_drafter(target: LoadedModel, seed: int = 1) -> MedusaDrafter:
 
 def prompts(n: int, length: int = 10) -> list[list[int]]:
     return [[int(t) for t in token_stream(length, seed)] for seed in range(n)]
+
+
+def small_lm_drafter(target: LoadedModel):
+    from specloop.realmodels.heads.small_lm import SmallLMDraft, SmallLMDraftDrafter
+    torch.manual_seed(2)
+    draft = SmallLMDraft.from_target(target.model, torch.arange(V_D), num_layers=1)
+    return SmallLMDraftDrafter(draft)
