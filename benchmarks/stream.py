@@ -38,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4)
     parser.add_argument("--mode", default="round")
     parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--out", default="results/benchmarks/stream")
     args = parser.parse_args(argv)
     from specloop.cli import main as cli_main
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     argv_stream = ["stream", "--target", args.target, "--method", ",".join(methods), "--datasets", args.datasets,
                    "--prompts", str(args.prompts), "--chunk", str(args.chunk), "--max-new-tokens",
                    str(args.max_new_tokens), "-k", str(args.num_draft_tokens), "--mode", args.mode,
+                   "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
                    "--out", str(Path(args.out) / args.kind), "--json"]
     if args.lr is not None:
         argv_stream += ["--lr", str(args.lr)]

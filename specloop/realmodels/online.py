@@ -431,7 +431,10 @@ class OnlineAdapter:
         """One learner step on ``samples``; parameters written in place (under the
         drafting lock). OSD sees oracles only for samples with a rejection."""
         t0 = time.perf_counter()
-        loss, grads = self._loss_grad(samples)
+        if self.config.learner == "osd":   # OSD ignores the played point's gradient: skip it
+            loss, grads = math.nan, [torch.zeros_like(p) for p in self.params]
+        else:
+            loss, grads = self._loss_grad(samples)
         played = [p.detach().clone() for p in self.params]
         if self.config.learner == "osd":
             new = self._osd_step(played, grads, loss, samples)
