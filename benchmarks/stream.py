@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=2)
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4)
-    parser.add_argument("--mode", default="round")
+    parser.add_argument("--mode", default="chunk", choices=["round", "chunk"])
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=2)

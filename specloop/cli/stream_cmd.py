@@ -43,8 +43,8 @@ def register(subparsers) -> None:
     parser.add_argument("--chunk", type=int, default=4, help="prompts per chunk")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="chain length k per round")
-    parser.add_argument("--mode", choices=["round", "chunk"], default="round",
-                        help="round: micro-update from a replay buffer; chunk: epochs per chunk (App. B)")
+    parser.add_argument("--mode", choices=["round", "chunk"], default="chunk",
+                        help="chunk (default, the paper's App. B set-up): epochs over each chunk's samples after the chunk; round: a micro-update from a replay buffer every round")
     parser.add_argument("--lr", type=float, default=None, help="learner step size (default per learner)")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=2, help="passes per chunk (chunk mode)")
