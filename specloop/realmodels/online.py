@@ -29,11 +29,13 @@ way). Equal to KL(p || q) up to the entropy of p, which does not depend on w.
 Heads are unrolled teacher-forced on the committed tokens (Hydra's sequential
 dependence uses the heads' own features).
 
+EAGLE / EAGLE-3 heads (`EagleObjective`) are re-run with gradients over a window of
+the true target features (training-time test, steps 1..2) at the verified positions.
 The distilled small-LM draft (Vanilla SD / OSD rows; `SmallLMObjective`) uses the
 same cross-entropy, re-running the draft with gradients over the last ``window``
-context tokens and the accepted tokens. EAGLE / EAGLE-3 drafters have no objective
-yet (their drafter does not expose a differentiable re-run over the round's target
-features): their online methods fail with a ValueError saying so.
+context tokens and the accepted tokens. Other drafters (n-gram, separate small
+models with another tokenizer) have no objective: their online methods fail with a
+ValueError saying so.
 
 Default step sizes (`DEFAULT_LR`) come from a probe on SmolLM2-135M's Hydra heads:
 plain OGD at 0.05 diverged (NaN draft logits), 1e-3..3e-3 lowered the in-stream
@@ -58,7 +60,7 @@ import torch
 
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
 
-__all__ = ["FeatureSample", "ContextSample", "FeatureHeadObjective", "SmallLMObjective", "objective_for", "OnlineConfig", "OnlineAdapter",
+__all__ = ["FeatureSample", "ContextSample", "FeatureHeadObjective", "SmallLMObjective", "EagleObjective", "EagleSample", "objective_for", "OnlineConfig", "OnlineAdapter",
            "OnlineDrafter", "make_learner", "LEARNER_KINDS", "save_checkpoint", "load_checkpoint"]
 
 LEARNER_KINDS = ("ogd", "opt", "ens", "opt-ens", "osd")
@@ -92,10 +94,43 @@ class FeatureSample:
     @classmethod
     def from_dict(cls, d: dict):
         """Rebuild a `FeatureSample` or `ContextSample` from its ``to_dict``."""
+        if d.get("kind") == "eagle":
+            return EagleSample(d["features"], d["next_tokens"], d["steps"], d["index"], d["target_rows"],
+                               d["target_probs"], bool(d["rejected"]))
         if d.get("kind") == "context":
             return ContextSample(d["ids"], int(d["start"]), d["target_rows"], d["target_probs"],
                                  bool(d["rejected"]))
         return cls(d["h"], d["tokens"], d["target_rows"], d["target_probs"], bool(d["rejected"]))
+
+
+@dataclass(frozen=True)
+class EagleSample:
+    """One round's verified positions for an EAGLE / EAGLE-3 head.
+
+    Attributes:
+        features: float32 (T, F) the target's true features of a window of
+            positions (F = H for EAGLE, 3H for EAGLE-3), ending just before the
+            round's last verified position.
+        next_tokens: int64 (T,) the token after each of those positions.
+        steps: int64 (n,) draft step s (1-based) of each supervised output.
+        index: int64 (n,) window index i of each supervised output (at step s,
+            position i predicts the token at i + s + 1, EAGLE-3's training-time test).
+        target_rows, target_probs: (n, top_m) sparse target distributions.
+        rejected: True when the round rejected a draft token.
+    """
+
+    features: torch.Tensor
+    next_tokens: torch.Tensor
+    steps: torch.Tensor
+    index: torch.Tensor
+    target_rows: torch.Tensor
+    target_probs: torch.Tensor
+    rejected: bool
+
+    def to_dict(self) -> dict:
+        return {"kind": "eagle", "features": self.features, "next_tokens": self.next_tokens,
+                "steps": self.steps, "index": self.index, "target_rows": self.target_rows,
+                "target_probs": self.target_probs, "rejected": self.rejected}
 
 
 @dataclass(frozen=True)
@@ -258,6 +293,94 @@ class SmallLMObjective:
         return total / max(count, 1)
 
 
+class EagleObjective:
+    """Loss and samples for `EagleDrafter` (EAGLE / EAGLE-3; the Ens-EAGLE(-3) rows).
+
+    Keeps the prompt's true target features (position i reads (f_i, x_{i+1}), as
+    the drafter's cache does). A round verified positions P_0..P_a (the old pending
+    token and the accepted nodes) and the target's row j is the distribution of the
+    token at P_j + 1. At draft step s the head output at position i predicts the
+    token at i + s + 1 (`EagleHead.forward_ttt`), so row j supervises position
+    P_j - s at step s, for s = 1..``steps``: the head is re-run with gradients over
+    a window of the last ``window`` positions (the context beyond it is dropped).
+    Loss: the cross-entropy of `FeatureHeadObjective`, averaged over supervised outputs.
+
+    Raises:
+        ValueError: another drafter kind; window, steps or top_m < 1.
+    """
+
+    def __init__(self, drafter, top_m: int = 32, window: int = 32, steps: int = 2) -> None:
+        from specloop.realmodels.heads.eagle_drafter import EagleDrafter
+        if not isinstance(drafter, EagleDrafter):
+            raise ValueError(f"EagleObjective needs an EAGLE drafter, got {type(drafter).__name__}")
+        if min(int(top_m), int(window), int(steps)) < 1:
+            raise ValueError(f"top_m, window and steps must be >= 1, got {top_m}, {window}, {steps}")
+        self.drafter, self.head = drafter, drafter.head
+        self.top_m, self.window, self.steps = int(top_m), int(window), int(steps)
+        self._t2d = drafter.vocab.t2d.cpu()
+        self._feats: list[torch.Tensor] = []
+        self._next: list[int] = []
+
+    def reset(self, prompt_ids: torch.Tensor, target_hidden=None) -> None:
+        """Seed the feature history with the prefill's features (positions 0..L-2)."""
+        self._feats, self._next = [], []
+        if target_hidden is not None and prompt_ids.numel() > 1:
+            self._append(target_hidden, prompt_ids[1:])
+
+    def _append(self, hidden, next_tokens: torch.Tensor) -> int:
+        """Append (feature, next token) pairs; returns how many old entries were
+        dropped to keep the history bounded."""
+        feats = torch.cat([h.detach().float().cpu().clone() for h in hidden], -1)
+        n = min(int(feats.shape[0]), int(next_tokens.shape[0]))
+        self._feats.extend(feats[:n].unbind(0))
+        self._next.extend(int(t) for t in next_tokens[:n])
+        keep = self.window + self.steps + 64
+        if len(self._feats) <= 2 * keep:
+            return 0
+        drop = len(self._feats) - keep
+        del self._feats[:drop], self._next[:drop]
+        return drop
+
+    def collect(self, feedback: VerifyFeedback, context_ids: torch.Tensor | None = None) -> EagleSample | None:
+        if feedback.target_hidden is None:
+            return None
+        p0 = len(self._feats)                 # history index of the old pending token
+        p0 -= self._append(feedback.target_hidden, feedback.committed_tokens)
+        a = int(feedback.target_logits.shape[0]) - 1
+        pairs = [(s, p0 + j - s, j) for s in range(1, self.steps + 1) for j in range(a + 1)
+                 if p0 + j - s >= s - 1 and p0 + j - s < len(self._feats)]
+        if not pairs:
+            return None
+        lo = max(0, min(i for _, i, _ in pairs) - self.window)
+        hi = max(i for _, i, _ in pairs) + 1
+        rows, probs = _sparse_targets(feedback.target_logits, self._t2d, self.top_m)
+        sel = [j for _, _, j in pairs]
+        rejected = feedback.num_accepted < feedback.proposal.depth
+        return EagleSample(torch.stack(self._feats[lo:hi]), torch.tensor(self._next[lo:hi]),
+                           torch.tensor([s for s, _, _ in pairs]), torch.tensor([i - lo for _, i, _ in pairs]),
+                           rows[sel], probs[sel], bool(rejected))
+
+    def loss(self, samples: list[EagleSample]) -> torch.Tensor:
+        if not samples:
+            raise ValueError("loss of an empty batch")
+        weight = self.head.fuse.weight
+        total, count = None, 0
+        for smp in samples:
+            outs = self.head.forward_ttt(smp.features[None].to(weight.device, weight.dtype),
+                                         smp.next_tokens[None].to(weight.device), int(smp.steps.max()))
+            for s in range(1, int(smp.steps.max()) + 1):
+                mask = smp.steps == s
+                if not bool(mask.any()):
+                    continue
+                logits = outs[s - 1][1][0, smp.index[mask].to(weight.device)]
+                logp = torch.log_softmax(logits.float(), -1)
+                term = _cross_entropy(logp, smp.target_rows[mask].to(weight.device),
+                                      smp.target_probs[mask].to(weight.device))
+                total = term if total is None else total + term
+                count += int(mask.sum())
+        return total / max(count, 1)
+
+
 def objective_for(drafter, **options):
     """The online objective of a drafter.
 
@@ -270,10 +393,12 @@ def objective_for(drafter, **options):
         return FeatureHeadObjective(drafter, **options)
     if isinstance(drafter, SmallLMDraftDrafter):
         return SmallLMObjective(drafter, **options)
+    from specloop.realmodels.heads.eagle_drafter import EagleDrafter
+    if isinstance(drafter, EagleDrafter):
+        return EagleObjective(drafter, **options)
     raise ValueError(f"no online objective for drafter {getattr(drafter, 'name', type(drafter).__name__)!r}: "
-                     "online updates exist for the feature heads (hydra, medusa) and the distilled "
-                     "small LM; EAGLE / EAGLE-3 need a differentiable re-run of their head over the "
-                     "round's target features, which their drafter does not expose yet")
+                     "online updates exist for the feature heads (hydra, medusa), EAGLE / EAGLE-3 "
+                     "heads and the distilled small LM (small-lm)")
 
 
 # ----------------------------------------------------------------------------- learners
@@ -606,6 +731,8 @@ class OnlineDrafter:
     def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
         self._context = None
         self.inner.reset(prompt_ids, target_hidden=target_hidden)
+        if hasattr(self.adapter.objective, "reset"):
+            self.adapter.objective.reset(prompt_ids, target_hidden)
 
     def propose(self, request: DraftRequest) -> DraftProposal:
         self._context = request.ids

@@ -184,3 +184,35 @@ def test_small_lm_online_is_lossless_learns_and_round_trips(target, tmp_path):
     other.load_state_dict(load_checkpoint(tmp_path / "s.pt"))
     assert all(torch.equal(a, b) for a, b in zip(inner.parameters(), other_inner.parameters()))
     assert [s.ids.tolist() for s in other.buffer] == [s.ids.tolist() for s in adapter.buffer]
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_eagle_online_matches_drafting_and_learns(target, kind):
+    from tests.realmodels.test_online_util import eagle_drafter
+    inner = eagle_drafter(target, kind)
+    roots = []
+    original = inner.propose
+
+    def spy(request):
+        out = original(request)
+        if inner._root_logits is not None:   # the sample this round will give gets index len(...)
+            roots.append((len(adapter.chunk_samples), inner._root_logits.clone()))
+        return out
+    inner.propose = spy
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="ens", lr=3e-3, mode="chunk", batch_size=4))
+    stream = prompts(2, length=12)
+    results = serve(target, OnlineDrafter(inner, adapter), stream, max_new_tokens=16)
+    for ids, res in zip(stream, results):
+        assert res.new_tokens == plain_greedy(target.model, ids, 16)
+    samples = adapter.chunk_samples
+    assert len(roots) >= 20 and samples[0].to_dict()["kind"] == "eagle"
+    # the re-run's step-1 output for row 0 is exactly the logits the drafter drafted from
+    with torch.no_grad():
+        for at, root in roots[:8]:
+            smp = samples[at]
+            first = int(((smp.steps == 1)).nonzero()[0])
+            out = inner.head.forward_ttt(smp.features[None], smp.next_tokens[None], 1)[0][1][0]
+            assert torch.allclose(out[smp.index[first]], root, atol=1e-4)
+    loss0, _ = adapter._loss_grad(samples[:6])
+    adapter.end_chunk()
+    assert adapter.num_steps > 0 and adapter._loss_grad(samples[:6])[0] < loss0

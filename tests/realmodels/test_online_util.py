@@ -42,3 +42,15 @@ def small_lm_drafter(target: LoadedModel):
     torch.manual_seed(2)
     draft = SmallLMDraft.from_target(target.model, torch.arange(V_D), num_layers=1)
     return SmallLMDraftDrafter(draft)
+
+
+def eagle_drafter(target: LoadedModel, kind: str = "eagle", seed: int = 3):
+    from specloop.realmodels.heads.common import ReducedVocab
+    from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
+    from specloop.realmodels.heads.eagle_drafter import EagleDrafter
+    torch.manual_seed(seed)
+    layers = (-1,) if kind == "eagle" else (0, 1, 2)
+    cfg = EagleConfig(kind, HIDDEN, 4, 2, 8, 64, 1e-6, 10000.0, V_D, VOCAB, layers)
+    model = target.model
+    head = EagleHead(cfg, model.model.embed_tokens.weight.detach(), model.lm_head.weight[:V_D].detach().clone())
+    return EagleDrafter(head.float(), ReducedVocab(torch.arange(V_D), VOCAB), name=kind)
