@@ -186,7 +186,7 @@ def test_small_lm_online_is_lossless_learns_and_round_trips(target, tmp_path):
     assert [s.ids.tolist() for s in other.buffer] == [s.ids.tolist() for s in adapter.buffer]
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+@pytest.mark.parametrize("kind", [pytest.param("eagle", marks=pytest.mark.slow), "eagle3"])
 def test_eagle_online_matches_drafting_and_learns(target, kind):
     from tests.realmodels.test_online_util import eagle_drafter
     inner = eagle_drafter(target, kind)
