@@ -47,6 +47,7 @@ def register(subparsers) -> None:
                         help="chunk (default, the paper's App. B set-up): epochs over each chunk's samples after the chunk; round: a micro-update from a replay buffer every round")
     parser.add_argument("--lr", type=float, default=None, help="learner step size (default per learner)")
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--update-every", type=int, default=1, help="rounds between micro-updates (round mode)")
     parser.add_argument("--epochs", type=int, default=2, help="passes per chunk (chunk mode)")
     parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
@@ -60,7 +61,7 @@ def register(subparsers) -> None:
 
 
 def _check_args(args) -> None:
-    for name in ("prompts", "chunk", "max_new_tokens", "num_draft_tokens", "batch_size", "epochs"):
+    for name in ("prompts", "chunk", "max_new_tokens", "num_draft_tokens", "batch_size", "epochs", "update_every"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
@@ -77,6 +78,7 @@ def run(args) -> int:
     items = build_stream(args.datasets, args.prompts, target.tokenizer, order=args.order,
                          chat_template=not args.raw, max_prompt_tokens=args.max_prompt_tokens)
     online = {"mode": args.mode, "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
+              "update_every": args.update_every,
               "background": args.background}
     config = StreamConfig(chunk=args.chunk, max_new_tokens=args.max_new_tokens,
                           num_draft_tokens=args.num_draft_tokens, online=online, seed=args.seed)

@@ -278,12 +278,13 @@ class StreamRunner:
 
 def _same_settings(saved: dict | None, current: dict, online: bool) -> bool:
     """Whether a checkpoint's settings match; the online settings matter only to
-    methods that learn (a frozen draft or the baseline resumes across them)."""
+    methods that learn, and so does the chunk size (a frozen draft or the baseline
+    produces the same rounds whatever they are, so it resumes across them)."""
     if saved is None:
         return False
     if online:
         return saved == current
-    strip = (lambda d: {k: v for k, v in d.items() if k != "online"})
+    strip = (lambda d: {k: v for k, v in d.items() if k not in ("online", "chunk")})
     return strip(saved) == strip(current)
 
 

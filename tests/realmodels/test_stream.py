@@ -82,12 +82,20 @@ def test_outputs_are_the_targets_greedy_output(target, tmp_path):
 
 def test_other_settings_refuse_to_resume(target, tmp_path):
     runner(target, tmp_path).run_method("hydra", stop_after=1)
-    config = StreamConfig(chunk=3, max_new_tokens=14, num_draft_tokens=3, online={**ONLINE, "mode": "round"})
-    other = StreamRunner(target, prompts(5), tmp_path, config, make_drafter=lambda spec: hydra_drafter(target))
+    runner(target, tmp_path).run_method("ogd-hydra", stop_after=1)
+
+    def other(**changes):
+        base = dict(chunk=2, max_new_tokens=14, num_draft_tokens=3, online={**ONLINE, "mode": "round"})
+        return StreamRunner(target, prompts(5), tmp_path, StreamConfig(**{**base, **changes}),
+                            make_drafter=lambda spec: hydra_drafter(target))
     with pytest.raises(ValueError, match="other settings"):
-        other.run_method("hydra")
+        other(max_new_tokens=9).run_method("hydra")
+    with pytest.raises(ValueError, match="other settings"):
+        other(online={**ONLINE, "mode": "chunk"}).run_method("ogd-hydra")
+    # a frozen draft's rounds do not depend on chunking or learner settings: it resumes
+    assert other(chunk=3, online={"lr": 1.0}).run_method("hydra")["prompts_done"] == 5
     with pytest.raises(ValueError, match="empty"):
-        StreamRunner(target, [], tmp_path, config)
+        StreamRunner(target, [], tmp_path, StreamConfig())
 
 
 def test_missing_draft_names_what_is_missing(target, tmp_path):
