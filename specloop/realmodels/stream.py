@@ -253,17 +253,23 @@ class StreamRunner:
     def _load_state(self, folder: Path, spec: MethodSpec, adapter) -> dict:
         path = folder / "state.pt"
         fresh = {"prompts_done": 0, "chunk_train_time": [], "outputs": [], "adapter": None,
-                 "config": {**self.config.__dict__}, "method": spec.name}
+                 "config": {**self.config.__dict__}, "method": spec.name, "stream_hash": self._stream_hash()}
         if not path.is_file():
             return fresh
         state = load_checkpoint(path)
         if not _same_settings(state.get("config"), fresh["config"], spec.learner is not None) \
-                or state.get("method") != spec.name:
-            raise ValueError(f"{path} was written with other settings ({state.get('config')}); "
-                             "use another --out folder or delete it")
+                or state.get("method") != spec.name or state.get("stream_hash") != fresh["stream_hash"]:
+            raise ValueError(f"{path} was written with other settings or another prompt stream "
+                             f"({state.get('config')}); use another --out folder or delete it")
         if adapter is not None and state.get("adapter") is not None:
             adapter.load_state_dict(state["adapter"])
         return state
+
+    def _stream_hash(self) -> str:
+        """SHA-256 of the prompt stream (token ids in order): a resumed run must
+        serve the same prompts."""
+        import hashlib
+        return hashlib.sha256(json.dumps(self.prompts).encode()).hexdigest()
 
     @staticmethod
     def _drop_unfinished(path: Path, done: int) -> None:
