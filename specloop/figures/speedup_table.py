@@ -172,7 +172,7 @@ def _plot(rows: list[dict], out: Path) -> list[Path]:
         ax.set_yticks(y, [r["method"] for r in sub], fontsize=7)
         ax.axvline(1.0, color="k", lw=0.8)
         for yi, r in zip(y, sub):
-            ax.text(r["speedup"], yi, f" {r['speedup']:.2f}x ({r['tokens_per_s']:.0f} tok/s)",
+            ax.text(r["speedup"], yi, f" {r['speedup']:.2f}x ({r['tokens_per_s']:.1f} tok/s)",
                     va="center", fontsize=7)
         ax.set(xlabel="speedup vs HF greedy (tokens/s ratio)",
                title=f"{DEFAULT_TARGET}, {dtype}")
