@@ -53,11 +53,16 @@ def main(argv: list[str] | None = None) -> int:
                    "--out", str(Path(args.out) / args.kind), "--json"]
     if args.lr is not None:
         argv_stream += ["--lr", str(args.lr)]
+    import os
+    load_before = os.getloadavg()
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
         code = cli_main(argv_stream)
     result = json.loads(buffer.getvalue())
     report = analyse(result, args.kind)
+    # methods are timed one after another: on a shared machine a change of load between
+    # them biases the speedups (tau is unaffected); keep the load averages as evidence
+    report["load_average_before_after"] = [list(load_before), list(os.getloadavg())]
     path = Path(args.out) / f"stream_{args.kind}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1), encoding="utf-8")
