@@ -42,7 +42,7 @@ def _run(target, drafter, policy, prompts, max_new):
         res = SpeculativeDecoder(target, drafter, policy=policy).generate(ids, max_new)
         tokens += len(res.new_tokens)
         seconds += res.decode_time
-        committed += res.trace.total_tokens()
+        committed += res.trace.total_tokens
         rounds += len(res.trace)
         outs.append(res.new_tokens)
     return {"tokens_per_second": tokens / seconds, "mean_accepted_length": committed / max(rounds, 1)}, outs
@@ -58,7 +58,7 @@ def _step_costs(target, drafter, ids: list[int], reps: int = 20) -> dict:
     t0 = time.perf_counter()
     for _ in range(reps):
         model(x[:, -1:], past_key_values=out.past_key_values, use_cache=True)
-        out.past_key_values.crop(len(ids) - 1)
+        out.past_key_values.crop(-1)   # drop the timed token (transformers 5: negative = remove)
     target_time = (time.perf_counter() - t0) / reps
     head = drafter.head
     feats = torch.randn(len(ids) - 1, head.config.hidden_size * len(head.config.feature_layers))
