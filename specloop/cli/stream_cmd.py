@@ -164,7 +164,12 @@ def plot_stream(result: dict, path: str | Path) -> Path:
     axes[1].plot(range(len(base)), base, ":", color="k", label="greedy (no draft)")
     axes[0].set(xlabel="chunk (stream order)", ylabel="mean accepted length (tokens/round)")
     axes[1].set(xlabel="chunk (stream order)", ylabel="tokens/s (training excluded)")
+    chunk = int(result["config"]["chunk"])
+    stream = result.get("stream", [])
+    ticks = list(range(len(base)))
+    labels = [f"{c}\n{'+'.join(dict.fromkeys(stream[c * chunk:(c + 1) * chunk]))}" for c in ticks]
     for ax in axes:
+        ax.set_xticks(ticks, labels, fontsize=7)
         ax.legend(fontsize=7)
     fig.suptitle(f"{result['target']}: {result['config']['datasets']} ({result['config']['order']})", fontsize=9)
     fig.tight_layout()
