@@ -211,7 +211,7 @@ class StreamRunner:
         folder = self.out / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         drafter, adapter = self._build(spec)
-        state = self._load_state(folder, spec, adapter)
+        state = self._load_state(folder, spec, adapter, _draft_id(drafter))
         done = state["prompts_done"]
         self._drop_unfinished(folder / "rounds.jsonl", done)
         limit = len(self.prompts) if stop_after is None else min(len(self.prompts), int(stop_after))
@@ -250,16 +250,19 @@ class StreamRunner:
         return {"method": spec.name, "label": spec.label, "drafter": spec.drafter, "learner": spec.learner,
                 "config": {**self.config.__dict__}, "prompts": len(self.prompts)}
 
-    def _load_state(self, folder: Path, spec: MethodSpec, adapter) -> dict:
+    def _load_state(self, folder: Path, spec: MethodSpec, adapter, draft_id: str) -> dict:
         path = folder / "state.pt"
         fresh = {"prompts_done": 0, "chunk_train_time": [], "outputs": [], "adapter": None,
-                 "config": {**self.config.__dict__}, "method": spec.name, "stream_hash": self._stream_hash()}
+                 "config": {**self.config.__dict__}, "method": spec.name, "stream_hash": self._stream_hash(),
+                 "draft_id": draft_id}
         if not path.is_file():
             return fresh
         state = load_checkpoint(path)
         if not _same_settings(state.get("config"), fresh["config"], spec.learner is not None) \
-                or state.get("method") != spec.name or state.get("stream_hash") != fresh["stream_hash"]:
-            raise ValueError(f"{path} was written with other settings or another prompt stream "
+                or state.get("method") != spec.name or state.get("stream_hash") != fresh["stream_hash"] \
+                or state.get("draft_id") != draft_id:
+            raise ValueError(f"{path} was written with other settings, another prompt stream or "
+                             "another saved draft (retrained since?) "
                              f"({state.get('config')}); use another --out folder or delete it")
         if adapter is not None and state.get("adapter") is not None:
             adapter.load_state_dict(state["adapter"])
@@ -280,6 +283,17 @@ class StreamRunner:
         kept = Trace([r for r in trace if r.stream_index < done], trace.meta)
         if len(kept) != len(trace) or not path.read_text(encoding="utf-8").endswith("\n"):
             kept.save(path)
+
+
+def _draft_id(drafter) -> str:
+    """SHA-256 of the saved draft's training report (``drafter.train_report``, set by
+    the registry loaders) so a resumed run notices a retrained draft; "" if none."""
+    import hashlib
+    inner = getattr(drafter, "inner", drafter)
+    report = getattr(inner, "train_report", None)
+    if not report:
+        return ""
+    return hashlib.sha256(json.dumps(report, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _same_settings(saved: dict | None, current: dict, online: bool) -> bool:

@@ -96,6 +96,13 @@ def test_other_settings_refuse_to_resume(target, tmp_path):
         StreamRunner(target, prompts(6)[1:], tmp_path, StreamConfig(chunk=2, max_new_tokens=14, num_draft_tokens=3,
                      online={**ONLINE, "mode": "round"}), make_drafter=lambda spec: hydra_drafter(target)
                      ).run_method("hydra")
+    def retrained(spec):
+        drafter = hydra_drafter(target)
+        drafter.train_report = {"heldout_top1": 0.5}
+        return drafter
+    with pytest.raises(ValueError, match="retrained"):
+        StreamRunner(target, prompts(5), tmp_path, StreamConfig(chunk=2, max_new_tokens=14, num_draft_tokens=3,
+                     online={**ONLINE, "mode": "round"}), make_drafter=retrained).run_method("hydra")
     # a frozen draft's rounds do not depend on chunking or learner settings: it resumes
     assert other(chunk=3, online={"lr": 1.0}).run_method("hydra")["prompts_done"] == 5
     with pytest.raises(ValueError, match="empty"):
