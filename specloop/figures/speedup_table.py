@@ -118,7 +118,7 @@ def _from_decode_benchmark(script: Path, quick: bool, out: Path) -> list[dict]:
     result_path = out / "decode.json"
     argv = [sys.executable, str(script), "--out", str(result_path),
             "--verify-out", str(out / "decode_verify_cost.json"), *DECODE_ARGS[scale(quick)]]
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    proc = subprocess.run(argv, stdout=subprocess.DEVNULL)  # stderr inherited: progress lines
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}")
     data = json.loads(result_path.read_text(encoding="utf-8"))
