@@ -317,6 +317,12 @@ class RealTreeEngine:
         self._thread: threading.Thread | None = None
         self._bridge: _Bridge | None = None
         self._next = None
+        self.timeout_s = 600.0
+
+    def _send(self, answer) -> None:
+        if self.episode_done or self._thread is None:
+            raise ValueError("the prompt is finished; reset the environment")
+        self._bridge.to_decoder.put(answer)
 
     def _run(self, bridge: _Bridge, prompt) -> None:
         drafter = LTDTreeDrafter(self.harness.base, bridge, self.config, self.harness.layer_costs)
@@ -337,7 +343,10 @@ class RealTreeEngine:
         self._thread = None
 
     def _get(self):
-        kind, payload = self._bridge.to_env.get()
+        try:
+            kind, payload = self._bridge.to_env.get(timeout=self.timeout_s)
+        except queue.Empty:
+            raise RuntimeError(f"the decoder thread sent nothing for {self.timeout_s} s") from None
         if kind == "error":
             raise payload
         return kind, payload
@@ -369,7 +378,7 @@ class RealTreeEngine:
         return payload
 
     def deepen(self) -> DraftStep:
-        self._bridge.to_decoder.put(True)
+        self._send(True)
         kind, payload = self._get()
         if kind != "step":
             raise ValueError(f"drafter stopped before the policy asked (got {kind!r})")
@@ -377,14 +386,14 @@ class RealTreeEngine:
         return payload
 
     def candidates(self) -> TreeCandidates:
-        self._bridge.to_decoder.put(False)
+        self._send(False)
         kind, payload = self._get()
         if kind != "cands":
             raise ValueError(f"expected the drafted tree, got {kind!r}")
         return payload
 
     def finish(self, verify_size: int) -> RoundRecord:
-        self._bridge.to_decoder.put(int(verify_size))
+        self._send(int(verify_size))
         kind, record = self._get()
         if kind != "record":
             raise ValueError(f"expected the round record, got {kind!r}")

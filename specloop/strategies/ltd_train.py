@@ -109,6 +109,7 @@ class DepthEnv(_EnvBase):
         self.size_chooser = size_chooser
         self.fixed_verify_size = int(fixed_verify_size)
         self._step: DraftStep | None = None
+        self._done = True
 
     def _obs(self) -> np.ndarray:
         return depth_observation(self._step, self.config)
@@ -118,17 +119,21 @@ class DepthEnv(_EnvBase):
         if seed is not None or self._step is None or self.engine.episode_done:
             self.engine.reset(self.np_random)
         self._step = self.engine.begin_round()
+        self._done = False
         return self._obs(), {}
 
     def step(self, action):
         if not self.action_space.contains(int(action)):
             raise ValueError(f"depth action must be 0 (stop) or 1 (continue), got {action!r}")
+        if self._done:
+            raise ValueError("the cycle (episode) is over: call reset() before step()")
         if int(action) == CONTINUE and self._step.depth < self.engine.max_depth:
             self._step = self.engine.deepen()
             return self._obs(), 0.0, False, False, {}
         cands = self.engine.candidates()
         size = self.size_chooser(cands) if self.size_chooser else self.fixed_verify_size
         record = self.engine.finish(int(size))
+        self._done = True
         return self._obs(), self._reward(record), True, False, {"record": record.to_dict()}
 
 

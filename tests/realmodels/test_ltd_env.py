@@ -136,7 +136,7 @@ def test_real_envs_follow_gymnasium_api(harness, factory):
         else:
             assert reward == 0.0
         steps += 1
-        if trunc:
+        if term or trunc:
             obs, _ = env.reset()
     env.engine.close()
     assert records > 0
@@ -149,9 +149,9 @@ def test_real_env_seeded_determinism_of_observations(harness):
         obs, _ = env.reset(seed=3)
         out = [obs]
         for a in [0, 2, 1, 2, 0, 1]:
-            obs, reward, _, trunc, _ = env.step(a)
+            obs, reward, term, trunc, _ = env.step(a)
             out += [obs, reward]
-            if trunc:
+            if term or trunc:
                 obs, _ = env.reset()
         env.engine.close()
         runs.append(out)

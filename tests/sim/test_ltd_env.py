@@ -89,8 +89,10 @@ def test_depth_env_forces_stop_at_max_depth(world):
     for _ in range(CFG.max_depth - 1):
         obs, reward, _, _, info = env.step(1)
         assert reward == 0.0
-    _, reward, _, _, info = env.step(1)
-    assert RoundRecord.from_dict(info["record"]).tree_depth == CFG.max_depth and reward > 0
+    _, reward, terminated, _, info = env.step(1)
+    assert RoundRecord.from_dict(info["record"]).tree_depth == CFG.max_depth and reward > 0 and terminated
+    with pytest.raises(ValueError, match="reset"):
+        env.step(0)
 
 
 def test_bad_actions_raise(world):
@@ -164,6 +166,6 @@ def test_tiny_ppo_and_exported_actor_match_sb3(world, kind, factory):
     for _ in range(60):
         sb3_action, _ = model.predict(obs, deterministic=True)
         assert actor.act(obs) == int(sb3_action)
-        obs, _, _, trunc, _ = obs_env.step(int(rng.integers(obs_env.action_space.n)))
-        if trunc:
+        obs, _, term, trunc, _ = obs_env.step(int(rng.integers(obs_env.action_space.n)))
+        if term or trunc:
             obs, _ = obs_env.reset()

@@ -193,7 +193,7 @@ def test_shipped_pretrained_policy_loads_if_present():
     for path in files:
         policy = load_policy(path)
         assert policy.depth_actor is not None or policy.size_actor is not None
-        assert math.isfinite(sum(float(p.sum()) for p in (policy.depth_actor or policy.size_actor).parameters()))
+        assert math.isfinite(sum(float(p.detach().sum()) for p in (policy.depth_actor or policy.size_actor).parameters()))
 
 
 def test_actor_numpy_fast_path_matches_torch_and_refreshes():
