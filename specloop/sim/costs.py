@@ -31,8 +31,34 @@ def _check_seconds(value: float, name: str) -> float:
     return value
 
 
+class _CostModel:
+    """What both cost models share: a seconds per draft step, the cost ratio a/A,
+    and the argument checks. Subclasses give ``target_time`` (A) and
+    ``_verify(verified_tokens)``."""
+
+    draft_time: float
+    target_time: float
+
+    @property
+    def cost_ratio(self) -> float:
+        """OnlineSpec's a / A (Leviathan et al.'s c)."""
+        return self.draft_time / self.target_time
+
+    def draft_seconds(self, draft_steps: int) -> float:
+        """Seconds to run ``draft_steps`` sequential draft forwards."""
+        if draft_steps < 0:
+            raise ValueError(f"draft_steps must be >= 0, got {draft_steps}")
+        return self.draft_time * draft_steps
+
+    def verify_seconds(self, verified_tokens: int) -> float:
+        """Seconds of one verification forward over ``verified_tokens`` (>= 1) tokens."""
+        if verified_tokens < 1:
+            raise ValueError(f"verified_tokens must be >= 1, got {verified_tokens}")
+        return self._verify(verified_tokens)
+
+
 @dataclass(frozen=True)
-class LinearCost:
+class LinearCost(_CostModel):
     """Round time a*k + A.
 
     Attributes:
@@ -48,26 +74,12 @@ class LinearCost:
         if _check_seconds(self.target_time, "target_time") <= 0:
             raise ValueError("target_time must be > 0 seconds")
 
-    @property
-    def cost_ratio(self) -> float:
-        """OnlineSpec's a / A (Leviathan et al.'s c)."""
-        return self.draft_time / self.target_time
-
-    def draft_seconds(self, draft_steps: int) -> float:
-        """Seconds to run ``draft_steps`` sequential draft forwards."""
-        if draft_steps < 0:
-            raise ValueError(f"draft_steps must be >= 0, got {draft_steps}")
-        return self.draft_time * draft_steps
-
-    def verify_seconds(self, verified_tokens: int) -> float:
-        """Seconds of one verification forward over ``verified_tokens`` (>= 1) tokens: A."""
-        if verified_tokens < 1:
-            raise ValueError(f"verified_tokens must be >= 1, got {verified_tokens}")
-        return self.target_time
+    def _verify(self, verified_tokens: int) -> float:
+        return self.target_time  # A, whatever the number of verified tokens
 
 
 @dataclass(frozen=True)
-class TableCost:
+class TableCost(_CostModel):
     """Verify time from a measured table; draft time a per step.
 
     Attributes:
@@ -88,18 +100,7 @@ class TableCost:
         """A: seconds of a one-token forward (plain autoregressive decoding)."""
         return float(self.table(1))
 
-    @property
-    def cost_ratio(self) -> float:
-        return self.draft_time / self.target_time
-
-    def draft_seconds(self, draft_steps: int) -> float:
-        if draft_steps < 0:
-            raise ValueError(f"draft_steps must be >= 0, got {draft_steps}")
-        return self.draft_time * draft_steps
-
-    def verify_seconds(self, verified_tokens: int) -> float:
-        if verified_tokens < 1:
-            raise ValueError(f"verified_tokens must be >= 1, got {verified_tokens}")
+    def _verify(self, verified_tokens: int) -> float:
         return float(self.table(verified_tokens))
 
 
