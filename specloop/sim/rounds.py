@@ -126,24 +126,11 @@ def prepare_tables(p_table, q_table) -> ChainTables:
                        K.guide_table(p_cdf), K.guide_table(q_cdf), K.guide_table(res_cdf))
 
 
-@dataclass
-class ChainBatch:
-    """Many simulated chain rounds.
-
-    Attributes:
-        accepted: int64 (R,) accepted draft tokens per round.
-        num_draft_tokens: int64 (R,) k per round.
-        tokens: int64 (R, kmax + 1) committed tokens (-1 padded), or None (i.i.d. path).
-        position_acceptance: float64 (R, kmax) Acc of each verified position (NaN
-            after the first rejection), or None.
-        contexts: int64 (R,) first-position contexts, or None.
-    """
+class _BatchSummaries:
+    """Summaries shared by the batched results (`ChainBatch`, `trees.TreeBatch`):
+    both hold ``accepted`` (int64 (R,)) accepted draft tokens per round."""
 
     accepted: np.ndarray
-    num_draft_tokens: np.ndarray
-    tokens: np.ndarray | None = None
-    position_acceptance: np.ndarray | None = None
-    contexts: np.ndarray | None = None
 
     @property
     def rounds(self) -> int:
@@ -162,6 +149,26 @@ class ChainBatch:
         if self.rounds < 2:
             return 0.0
         return float(self.tokens_per_round.std(ddof=1) / np.sqrt(self.rounds))
+
+
+@dataclass
+class ChainBatch(_BatchSummaries):
+    """Many simulated chain rounds.
+
+    Attributes:
+        accepted: int64 (R,) accepted draft tokens per round.
+        num_draft_tokens: int64 (R,) k per round.
+        tokens: int64 (R, kmax + 1) committed tokens (-1 padded), or None (i.i.d. path).
+        position_acceptance: float64 (R, kmax) Acc of each verified position (NaN
+            after the first rejection), or None.
+        contexts: int64 (R,) first-position contexts, or None.
+    """
+
+    accepted: np.ndarray
+    num_draft_tokens: np.ndarray
+    tokens: np.ndarray | None = None
+    position_acceptance: np.ndarray | None = None
+    contexts: np.ndarray | None = None
 
     def acceptance_rate(self) -> float:
         """accepted / (accepted + rejections): the MLE of Acc under Assumption 1."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from specloop.record import Trace
 from specloop.sim import _kernels as K
-from specloop.sim.rounds import _check_mode, round_record, validate_table
+from specloop.sim.rounds import _BatchSummaries, _check_mode, round_record, validate_table
 from specloop.sim.streams import next_context
 from specloop.strategies.base import TreePlan
 
@@ -173,7 +173,7 @@ def _prune(tree: DraftTree, verify_size: int | None) -> DraftTree:
 
 
 @dataclass
-class TreeBatch:
+class TreeBatch(_BatchSummaries):
     """Many simulated tree rounds.
 
     Attributes: ``accepted`` int64 (R,) accepted depth; ``num_nodes`` int64 (R,)
@@ -186,22 +186,6 @@ class TreeBatch:
     depth: np.ndarray
     tokens: np.ndarray
     contexts: np.ndarray
-
-    @property
-    def rounds(self) -> int:
-        return int(self.accepted.shape[0])
-
-    @property
-    def tokens_per_round(self) -> np.ndarray:
-        return self.accepted + 1
-
-    def mean_tokens_per_round(self) -> float:
-        return float(self.tokens_per_round.mean())
-
-    def standard_error(self) -> float:
-        if self.rounds < 2:
-            return 0.0
-        return float(self.tokens_per_round.std(ddof=1) / np.sqrt(self.rounds))
 
     def to_trace(self, cost_model, stream_index: int = 0, meta: dict | None = None) -> Trace:
         """One `RoundRecord` per round: num_draft_tokens = nodes, tree_depth = depth,
