@@ -121,8 +121,14 @@ def prune_tree(tokens: list[int], parents: list[int], log_cum: list[float], budg
 class FeatureHeadDrafter(BaseDrafter):
     """Base for drafters driven by the target's last-layer feature (Medusa, Hydra).
 
-    Subclasses set ``name``, ``vocab`` (a `ReducedVocabHead`), ``max_depth`` (K) and
-    implement ``expand(states, tokens, depth)`` and ``root_state(h)``.
+    Args:
+        heads: the head module (`HydraHeads` / `MedusaHeads`): its ``lm_head`` (a
+            `ReducedVocabHead`) maps states to the draft vocabulary, its
+            ``config.num_heads`` is the depth cap K, and its
+            ``trainable_parameters()`` are what ``parameters()`` hands the learners.
+
+    Subclasses set ``name`` and implement ``expand(states, tokens, depth)``. The
+    root state is h_t itself, shape (1, d).
 
     The feature h_t is the target's hidden state of the token *before* the pending
     token (``needs_target_hidden = (-1,)``: transformers' last hidden state, which
@@ -134,12 +140,18 @@ class FeatureHeadDrafter(BaseDrafter):
     vocab: ReducedVocabHead
     max_depth: int
 
-    def __init__(self) -> None:
+    def __init__(self, heads) -> None:
+        self.heads = heads.eval()
+        self.vocab = heads.lm_head
+        self.max_depth = heads.config.num_heads
         self._h: torch.Tensor | None = None
         self._pending: int | None = None
 
-    def root_state(self, h: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def root_state(self, h: torch.Tensor) -> torch.Tensor:
+        return h.reshape(1, -1)
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self.heads.trainable_parameters()
 
     def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):  # pragma: no cover
         raise NotImplementedError
@@ -197,19 +209,10 @@ class HydraDrafter(FeatureHeadDrafter):
     name = "hydra"
 
     def __init__(self, heads: HydraHeads) -> None:
-        super().__init__()
-        self.heads = heads.eval()
-        self.vocab = heads.lm_head
-        self.max_depth = heads.config.num_heads
-
-    def root_state(self, h: torch.Tensor) -> torch.Tensor:
-        return h.reshape(1, -1)
+        super().__init__(heads)
 
     def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):
         return self.heads.step(depth, states, tokens)
-
-    def parameters(self) -> list[torch.Tensor]:
-        return self.heads.trainable_parameters()
 
 
 class MedusaDrafter(FeatureHeadDrafter):
@@ -219,19 +222,10 @@ class MedusaDrafter(FeatureHeadDrafter):
     name = "medusa"
 
     def __init__(self, heads: MedusaHeads) -> None:
-        super().__init__()
-        self.heads = heads.eval()
-        self.vocab = heads.lm_head
-        self.max_depth = heads.config.num_heads
-
-    def root_state(self, h: torch.Tensor) -> torch.Tensor:
-        return h.reshape(1, -1)
+        super().__init__(heads)
 
     def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):
         return states, self.heads.head_logits(states, depth)
-
-    def parameters(self) -> list[torch.Tensor]:
-        return self.heads.trainable_parameters()
 
 
 def load_or_train(target, kind: str, *, folder=None, train_if_missing: bool = True, progress: bool = True,
