@@ -6,7 +6,11 @@ real decoder (issue 8).
   `specloop.sim.ltd_env` and saves ``<name>`` (co-trained) and ``<name>-independent``
   (the initial pair, not co-trained) by name (`specloop.strategies.ltd.save_policy`).
   ``--reward-ablation`` also trains size policies on the acceptance-length and
-  time-cost rewards (LTD's reward ablation) and saves ``<name>-size-<reward>``.
+  time-cost rewards (LTD's reward ablation) and saves ``<name>-size-<reward>``;
+  ``--ablation-only`` trains just those (the co-trained pair is left as it is).
+  ``--name`` is a name (saved in `specloop.strategies.ltd.ltd_cache_dir`) or a file
+  path (the variants go next to it, `specloop.strategies.ltd.variant_name`); the
+  training log is ``--out/ltd_train_<basename>.json``.
 * ``specloop ltd train --env real --init NAME`` fine-tunes a (sim-trained) policy on
   the real decoder (`specloop.realmodels.ltd_env`) and saves ``<name>``.
 * ``specloop ltd eval --env sim|real [--json]``: static trees grid-searched over
@@ -26,11 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from specloop.strategies.ltd import LTDConfig, LTDPolicy, REWARDS, load_policy, save_policy
-
-__all__ = ["register", "evaluate_rows", "grid_search_static"]
+# specloop.strategies.ltd (torch) and everything heavier are imported inside the
+# command functions, so building the parser (`specloop --help`) stays light.
+__all__ = ["register", "evaluate_rows", "grid_search_static", "REWARD_CHOICES"]
 
 DEFAULT_OUT = Path("results/ltd")
+# = specloop.strategies.ltd.REWARDS (tests/cli/test_ltd_cmd.py keeps them equal)
+REWARD_CHOICES = ("throughput", "accepted_length", "time_cost")
 
 
 def register(subparsers) -> None:
@@ -39,22 +45,28 @@ def register(subparsers) -> None:
     sub.required = True
     train = sub.add_parser("train", help="train LTD policies (sim: from scratch; real: fine-tune)")
     _common(train)
-    train.add_argument("--name", default=None, help="policy name (default ltd-sim / ltd-real)")
+    train.add_argument("--name", default=None,
+                       help="policy name or file path (default ltd-sim / ltd-real)")
     train.add_argument("--depth-steps", type=int, default=30_720, help="initial depth-policy env steps")
     train.add_argument("--size-steps", type=int, default=16_384, help="initial size-policy env steps (cycles)")
     train.add_argument("--rounds", type=int, default=2, help="alternating co-training rounds")
     train.add_argument("--co-depth-steps", type=int, default=12_288)
     train.add_argument("--co-size-steps", type=int, default=8_192)
+    train.add_argument("--n-steps", type=int, default=None,
+                       help="PPO rollout length (default LTD's 2048; smaller for quick runs)")
     train.add_argument("--fixed-verify-size", type=int, default=12,
                        help="V while the depth policy trains alone (LTD: 60 on a GPU)")
-    train.add_argument("--reward", choices=REWARDS, default="throughput")
+    train.add_argument("--reward", choices=REWARD_CHOICES, default="throughput")
     train.add_argument("--reward-ablation", action="store_true",
-                       help="also train size policies on the other rewards")
+                       help="also train size policies on the other rewards (saved as <name>-size-<reward>)")
+    train.add_argument("--ablation-only", action="store_true",
+                       help="(sim) train only the --reward-ablation size policies, not the co-trained pair")
     train.add_argument("--init", default="ltd-sim", help="(real) policy to fine-tune")
     train.set_defaults(func=_train)
     ev = sub.add_parser("eval", help="evaluate LTD against static trees and its ablations")
     _common(ev)
-    ev.add_argument("--policy", default=None, help="LTD policy name (default ltd-sim / ltd-real)")
+    ev.add_argument("--policy", default=None,
+                    help="LTD policy name or file path (default ltd-sim); its variants are looked up beside it")
     ev.add_argument("--episodes", type=int, default=48, help="(sim) evaluation prompts")
     ev.add_argument("--json", action="store_true", help="print the result as JSON")
     ev.add_argument("--grid-only", action="store_true",
@@ -76,12 +88,32 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 # -- train -----------------------------------------------------------------------------
+def train_log_path(out: Path, name: str) -> Path:
+    """``out/ltd_train_<basename>.json`` for a policy name or path (a path's folders
+    and ``.pt`` extension are dropped, so ``/tmp/x/p.pt`` -> ``out/ltd_train_p.json``).
+
+    Raises:
+        ValueError: the name has no usable basename.
+    """
+    base = Path(str(name)).name
+    if base.endswith(".pt"):
+        base = base[:-3]
+    if not base or base in (".", ".."):
+        raise ValueError(f"policy name {name!r} has no basename for the training log")
+    return out / f"ltd_train_{base}.json"
+
+
 def _train(args) -> int:
+    from specloop.strategies.ltd import LTDConfig, LTDPolicy, REWARDS, load_policy, save_policy, variant_name
     from specloop.strategies.ltd_train import CoTrainSchedule, co_train
 
+    if args.n_steps is not None and args.n_steps < 2:
+        raise ValueError(f"--n-steps must be >= 2 (PPO rollout length), got {args.n_steps}")
     config = LTDConfig()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.env == "real":
+        if args.ablation_only:
+            raise ValueError("--ablation-only trains in the simulator (--env sim)")
         from specloop.realmodels.ltd_env import fine_tune
         name = args.name or "ltd-real"
         policy, log = fine_tune(load_policy(args.init), args, config)
@@ -92,33 +124,45 @@ def _train(args) -> int:
     from specloop.strategies.ltd_train import train_ppo
 
     name = args.name or "ltd-sim"
+    log_path = train_log_path(args.out, name)          # checked before any training
     world = TreeWorld(config=config)
     schedule = CoTrainSchedule(args.depth_steps, args.size_steps, args.rounds, args.co_depth_steps,
-                               args.co_size_steps, args.fixed_verify_size)
+                               args.co_size_steps, args.fixed_verify_size, args.n_steps)
     start = time.perf_counter()
-    result = co_train(lambda: SimTreeEngine(world), config, schedule, args.seed, args.reward)
     meta = {"env": "sim", "schedule": schedule.__dict__, "reward": args.reward, "seed": args.seed,
-            "stages": result["log"], "world": world.options.__dict__, "cost_source": world.cost_source}
-    for key, suffix in (("ltd", ""), ("independent", "-independent")):
-        print(f"saved {save_policy(result[key], name + suffix, meta)}")
-    if args.reward_ablation:
+            "world": world.options.__dict__, "cost_source": world.cost_source}
+    if not args.ablation_only:
+        result = co_train(lambda: SimTreeEngine(world), config, schedule, args.seed, args.reward)
+        meta["stages"] = result["log"]
+        for key, suffix in (("ltd", ""), ("independent", "-independent")):
+            print(f"saved {save_policy(result[key], name if not suffix else variant_name(name, suffix), meta)}")
+    saved = {}
+    if args.reward_ablation or args.ablation_only:
         for reward in REWARDS:
             if reward == args.reward:
                 continue
+            # as the initial size policy of co_train: random depths 1..max_depth, size_steps cycles
             _, actor, seconds = train_ppo(make_size_env(world=world, reward=reward), "size", args.size_steps,
-                                          seed=args.seed)
+                                          seed=args.seed, n_steps=args.n_steps)
             path = save_policy(LTDPolicy(config, None, actor, name=f"size-{reward}"),
-                               f"{name}-size-{reward}", {**meta, "reward": reward, "seconds": seconds})
+                               variant_name(name, f"-size-{reward}"),
+                               {**meta, "reward": reward, "size_steps": args.size_steps, "seconds": seconds})
+            saved[reward] = {"path": str(path), "seconds": seconds}
             print(f"saved {path}")
-    (args.out / f"ltd_train_{name}.json").write_text(json.dumps(
-        {**meta, "seconds": time.perf_counter() - start}, indent=2, default=str))
+    if args.ablation_only:
+        log_path = log_path.with_name(log_path.stem + "-reward-ablation.json")
+    log_path.write_text(json.dumps({**meta, "name": str(name), "reward_ablation": saved,
+                                    "seconds": time.perf_counter() - start}, indent=2, default=str))
+    print(f"training log {log_path}")
     return 0
 
 
 # -- eval ------------------------------------------------------------------------------
-def grid_search_static(run, config: LTDConfig, depths=None, sizes=None) -> tuple[dict, list[dict]]:
-    """Best static (D, V) by tokens/s; ``run(policy) -> (trace, depths, sizes)``.
-    Returns (best row, all rows)."""
+def grid_search_static(run, config, depths=None, sizes=None) -> tuple[dict, list[dict]]:
+    """Best static (D, V) by tokens/s; ``run(policy) -> (trace, depths, sizes)``,
+    ``config`` an `LTDConfig`. Returns (best row, all rows)."""
+    from specloop.strategies.ltd import LTDPolicy
+
     rows = []
     for depth in depths or range(1, config.max_depth + 1):
         for size in sizes or config.verify_sizes:
@@ -128,7 +172,9 @@ def grid_search_static(run, config: LTDConfig, depths=None, sizes=None) -> tuple
     return max(rows, key=lambda r: r["tokens_per_s"]), rows
 
 
-def _ablation_policies(ltd: LTDPolicy, independent: LTDPolicy | None, best: dict) -> dict:
+def _ablation_policies(ltd, independent, best: dict) -> dict:
+    from specloop.strategies.ltd import LTDPolicy
+
     cfg, d, v = ltd.config, best["depth"], best["verify_size"]
     out = {f"static D={d} V={v} (grid best)": LTDPolicy(cfg, static_depth=d, static_verify_size=v),
            "LTD (co-trained)": ltd,
@@ -154,7 +200,10 @@ def evaluate_rows(run, policies: dict, best_static_tps: float) -> tuple[list[dic
     return rows, decisions
 
 
-def _load_optional(name: str) -> LTDPolicy | None:
+def _load_optional(name: str):
+    """`load_policy(name)`, or None when there is no such policy."""
+    from specloop.strategies.ltd import load_policy
+
     try:
         return load_policy(name)
     except FileNotFoundError:
@@ -162,6 +211,8 @@ def _load_optional(name: str) -> LTDPolicy | None:
 
 
 def _eval(args) -> int:
+    from specloop.strategies.ltd import LTDConfig
+
     if args.env == "real":
         from specloop.realmodels.ltd_env import real_eval
         result, decisions = real_eval(args, LTDConfig(), _ablation_policies, grid_search_static,
@@ -181,6 +232,7 @@ def _eval(args) -> int:
 
 def _sim_eval(args):
     from specloop.sim.ltd_env import TreeWorld, run_policy
+    from specloop.strategies.ltd import LTDPolicy, REWARDS, load_policy, variant_name
 
     name = args.policy or "ltd-sim"
     ltd = load_policy(name)
@@ -196,13 +248,13 @@ def _sim_eval(args):
     run = runner(args.seed, args.episodes)
     best_tps = run(LTDPolicy(ltd.config, static_depth=best["depth"], static_verify_size=best["verify_size"]))[0] \
         .tokens_per_second()
-    policies = _ablation_policies(ltd, _load_optional(f"{name}-independent"), best)
+    independent = _load_optional(variant_name(name, "-independent"))
+    policies = _ablation_policies(ltd, independent, best)
     for reward in REWARDS:
-        ablation = _load_optional(f"{name}-size-{reward}")
+        ablation = _load_optional(variant_name(name, f"-size-{reward}"))
         if ablation is not None:
             policies[f"reward={reward} (size-only)"] = LTDPolicy(ltd.config, None, ablation.size_actor,
                                                                  static_depth=best["depth"])
-    independent = _load_optional(f"{name}-independent")
     if independent is not None and independent.size_actor is not None:   # trained alone, throughput reward
         policies["reward=throughput (size-only)"] = LTDPolicy(ltd.config, None, independent.size_actor,
                                                               static_depth=best["depth"])
@@ -214,7 +266,7 @@ def _sim_eval(args):
     return result, decisions
 
 
-def _sim_overhead(ltd: LTDPolicy, world, seed: int) -> dict:
+def _sim_overhead(ltd, world, seed: int) -> dict:
     """Measured seconds of the exported actors per decision vs the simulated round time."""
     from specloop.sim.ltd_env import run_policy
 

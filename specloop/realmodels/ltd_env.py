@@ -470,7 +470,7 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     sim-trained LTD and its ablations, and the real-fine-tuned LTD (transfer)."""
     import json
 
-    from specloop.strategies.ltd import LTDPolicy, load_policy
+    from specloop.strategies.ltd import LTDPolicy, load_policy, variant_name
     grid_file = args.out / "ltd_grid_real.json"
     if getattr(args, "reuse_grid", False) and grid_file.is_file():
         saved = json.loads(grid_file.read_text())
@@ -489,7 +489,7 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     harness = _harness(args, ltd.config, "heldout")
     best_tps = harness.run(LTDPolicy(ltd.config, static_depth=best["depth"],
                                      static_verify_size=best["verify_size"]))[0].tokens_per_second()
-    policies = ablations(ltd, load_optional(f"{name}-independent"), best)
+    policies = ablations(ltd, load_optional(variant_name(name, "-independent")), best)
     tuned = load_optional("ltd-real")
     if tuned is not None:
         policies["LTD fine-tuned on the real decoder"] = tuned

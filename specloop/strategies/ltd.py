@@ -44,7 +44,7 @@ from specloop.strategies.policies import _PolicyBase, check_k
 
 __all__ = [
     "LTDConfig", "MLPActor", "LTDPolicy", "depth_observation", "size_observation",
-    "save_policy", "load_policy", "policy_path", "ltd_cache_dir", "PRETRAINED_DIR",
+    "save_policy", "load_policy", "policy_path", "variant_name", "ltd_cache_dir", "PRETRAINED_DIR",
     "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "cycle_reward",
 ]
 
@@ -423,6 +423,27 @@ def policy_path(name_or_path: str | Path) -> Path:
     if not str(name_or_path).strip():
         raise ValueError("empty LTD policy name")
     return Path(name_or_path) if _is_path(name_or_path) else ltd_cache_dir() / f"{name_or_path}.pt"
+
+
+def variant_name(name_or_path: str | Path, suffix: str) -> str:
+    """The name (or path) of a policy saved alongside ``name_or_path``: LTD's ablation
+    variants ``<name>-independent`` and ``<name>-size-<reward>``.
+
+    A name gets the suffix appended (``ltd-sim`` -> ``ltd-sim-independent``); a path
+    gets it on its stem, in the same folder, keeping a ``.pt`` extension
+    (``/tmp/x/p.pt`` -> ``/tmp/x/p-independent.pt``; ``/tmp/x/p`` -> ``/tmp/x/p-independent``).
+
+    Raises:
+        ValueError: an empty name or suffix.
+    """
+    if not str(name_or_path).strip() or not suffix:
+        raise ValueError(f"need a policy name and a suffix, got {name_or_path!r}, {suffix!r}")
+    if not _is_path(name_or_path):
+        return f"{name_or_path}{suffix}"
+    path = Path(name_or_path)
+    if path.suffix == ".pt":
+        return str(path.with_name(f"{path.stem}{suffix}.pt"))
+    return str(path.with_name(f"{path.name}{suffix}"))
 
 
 def _actor_blob(actor: MLPActor | None):

@@ -1,0 +1,110 @@
+"""`specloop ltd`: policy names that are file paths (train + eval), the training-log
+name, and a light CLI start-up (building the parser imports no torch)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specloop.cli import main
+from specloop.cli.ltd_cmd import REWARD_CHOICES, train_log_path
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "numba", "stable_baselines3", "gymnasium")
+
+_PROBE = """
+import sys
+from specloop.cli import main
+for argv in (["--help"], ["ltd", "--help"], ["ltd", "train", "--help"], ["stream", "--help"]):
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+print("HEAVY=" + ",".join(m for m in {heavy!r} if m in sys.modules))
+"""
+
+
+def test_cli_help_imports_no_torch():
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _PROBE.format(heavy=HEAVY)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "usage: specloop" in out.stdout
+    line = [x for x in out.stdout.splitlines() if x.startswith("HEAVY=")][-1]
+    assert line == "HEAVY=", f"`specloop --help` imported {line[6:]}"
+
+
+def test_reward_choices_are_the_strategy_rewards():
+    from specloop.strategies.ltd import REWARDS
+    assert tuple(REWARD_CHOICES) == tuple(REWARDS)
+
+
+def test_variant_names_of_names_and_paths():
+    from specloop.strategies.ltd import variant_name
+    assert variant_name("ltd-sim", "-independent") == "ltd-sim-independent"
+    assert variant_name("/tmp/x/p", "-size-time_cost") == "/tmp/x/p-size-time_cost"
+    assert variant_name("/tmp/x/p.pt", "-independent") == "/tmp/x/p-independent.pt"
+    assert variant_name(Path("rel/p.pt"), "-independent") == str(Path("rel/p-independent.pt"))
+    with pytest.raises(ValueError):
+        variant_name("", "-independent")
+
+
+def test_train_log_path_uses_the_basename(tmp_path):
+    assert train_log_path(tmp_path, "ltd-sim") == tmp_path / "ltd_train_ltd-sim.json"
+    assert train_log_path(tmp_path, "/tmp/x/mypolicy") == tmp_path / "ltd_train_mypolicy.json"
+    assert train_log_path(tmp_path, "/tmp/x/mypolicy.pt") == tmp_path / "ltd_train_mypolicy.json"
+    with pytest.raises(ValueError, match="basename"):
+        train_log_path(tmp_path, "/")
+
+
+TINY = ["--depth-steps", "32", "--size-steps", "32", "--rounds", "1", "--co-depth-steps", "32",
+        "--co-size-steps", "32", "--n-steps", "32"]
+
+
+def test_train_and_eval_with_a_path_name(tmp_path, monkeypatch, capsys):
+    from specloop.strategies.ltd import load_policy
+    monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))   # nothing may land in the cache
+    target = tmp_path / "x" / "mypolicy"
+    out = tmp_path / "out"
+    assert main(["ltd", "train", "--env", "sim", "--name", str(target), "--out", str(out),
+                 "--reward-ablation", *TINY]) == 0
+    for suffix in ("", "-independent", "-size-accepted_length", "-size-time_cost"):
+        policy = load_policy(f"{target}{suffix}")
+        assert policy.size_actor is not None
+    assert load_policy(target).depth_actor is not None
+    log = json.loads((out / "ltd_train_mypolicy.json").read_text())
+    assert log["name"] == str(target) and set(log["reward_ablation"]) == {"accepted_length", "time_cost"}
+    assert [s["steps"] for s in log["stages"]] == [32, 32, 32, 32]
+    assert not (tmp_path / "cache").exists()
+    capsys.readouterr()
+
+    assert main(["ltd", "eval", "--env", "sim", "--policy", str(target), "--episodes", "1",
+                 "--out", str(tmp_path / "eval"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["policy"] == str(target)
+    configs = [row["config"] for row in result["rows"]]
+    for label in ("LTD (co-trained)", "independent (not co-trained)", "reward=accepted_length (size-only)",
+                  "reward=time_cost (size-only)", "reward=throughput (size-only)"):
+        assert label in configs
+    for row in result["rows"]:
+        assert row["tokens_per_s"] > 0 and row["mean_accepted_length"] >= 1
+        assert row["speedup_vs_best_static"] == pytest.approx(row["tokens_per_s"] / result["rows"][0]["tokens_per_s"])
+    assert (tmp_path / "eval" / "ltd_eval_sim.json").is_file()
+
+
+def test_ablation_only_trains_just_the_reward_ablation(tmp_path, monkeypatch):
+    from specloop.strategies.ltd import load_policy
+    monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "p.pt"
+    assert main(["ltd", "train", "--env", "sim", "--name", str(target), "--out", str(tmp_path),
+                 "--ablation-only", *TINY]) == 0
+    assert not target.exists() and not (tmp_path / "p-independent.pt").exists()
+    for reward in ("accepted_length", "time_cost"):
+        policy = load_policy(tmp_path / f"p-size-{reward}.pt")
+        assert policy.depth_actor is None and policy.meta["reward"] == reward
+    assert (tmp_path / "ltd_train_p-reward-ablation.json").is_file()
+    assert main(["ltd", "train", "--env", "sim", "--n-steps", "1", "--out", str(tmp_path)]) == 2
