@@ -23,8 +23,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from specloop.theory import (optimal_k_efficiency, optimal_k_exact, optimal_k_paper,
-                             round_paper_k, run_theory_check, speedup_linear)
+# specloop.theory (scipy) is imported inside the commands: `specloop --help` stays light.
 
 __all__ = ["register", "optimal_k_report", "jsonable"]
 
@@ -50,6 +49,9 @@ def jsonable(obj: Any) -> Any:
 def optimal_k_report(acceptance_rate: float, cost_ratio: float,
                      k_max: int | None = None) -> dict[str, Any]:
     """The values `specloop theory optimal-k` prints (see module docstring)."""
+    from specloop.theory import (optimal_k_efficiency, optimal_k_exact, optimal_k_paper, round_paper_k,
+                                 speedup_linear)
+
     k_exact = optimal_k_exact(acceptance_rate, cost_ratio, "committed", k_max)
     k_appendix = optimal_k_exact(acceptance_rate, cost_ratio, "appendix", k_max)
     k_paper = optimal_k_paper(acceptance_rate, cost_ratio)
@@ -94,6 +96,8 @@ def _summary(example: dict[str, Any] | None) -> str:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from specloop.theory import run_theory_check
+
     results = run_theory_check(seed=args.seed, cases_per_family=args.cases_per_family)
     if args.json:
         print(json.dumps(jsonable([r.to_dict() for r in results]), indent=2))
