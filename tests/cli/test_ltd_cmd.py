@@ -108,3 +108,16 @@ def test_ablation_only_trains_just_the_reward_ablation(tmp_path, monkeypatch):
         assert policy.depth_actor is None and policy.meta["reward"] == reward
     assert (tmp_path / "ltd_train_p-reward-ablation.json").is_file()
     assert main(["ltd", "train", "--env", "sim", "--n-steps", "1", "--out", str(tmp_path)]) == 2
+
+
+def test_shipped_reward_ablation_policies_load_by_name(tmp_path, monkeypatch):
+    """`specloop ltd eval` looks up ``ltd-sim-size-<reward>`` for the reward ablation."""
+    from specloop.strategies.ltd import PRETRAINED_DIR, REWARDS, load_policy, variant_name
+    monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path))          # an empty cache: the package copy
+    base = load_policy("ltd-sim")
+    for reward in REWARDS[1:]:
+        name = variant_name("ltd-sim", f"-size-{reward}")
+        assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 10 * 2**20
+        policy = load_policy(name)
+        assert policy.depth_actor is None and policy.size_actor is not None
+        assert policy.config == base.config and policy.meta["reward"] == reward
