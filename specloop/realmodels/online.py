@@ -43,6 +43,14 @@ loss fastest without raising the loss on later prompts.
 
 OSD (Liu et al. 2024) distils only on rounds with a rejection: the learner receives
 an oracle for those rounds only.
+
+Per-round loss: `OnlineAdapter.record` returns f_t(w_t), the round's own
+cross-entropy at the parameters that drafted it, for every learner and mode;
+`OnlineDrafter.round_losses` keeps them and the stream runner writes them into
+`RoundRecord.loss`. The objectives read the drafters only through their public
+online-training accessors (``target_to_draft``; ``feature_state`` /
+``unrolled_logits`` of the feature heads, ``ttt_logits`` of EAGLE, ``context_logits``
+of the small LM).
 """
 from __future__ import annotations
 
@@ -173,12 +181,52 @@ def _sparse_targets(logits: torch.Tensor, target_to_draft: torch.Tensor, top_m: 
     return rows.cpu(), top_p.cpu()
 
 
-class FeatureHeadObjective:
+class _Objective:
+    """Shared reductions of the online objectives: subclasses implement
+    ``_sums(samples) -> (sums (B,), counts (B,))``, the summed cross-entropy over each
+    sample's supervised positions and how many positions that is."""
+
+    def _sums(self, samples: list) -> tuple[torch.Tensor, list[int]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def loss(self, samples: list) -> torch.Tensor:
+        """Mean cross-entropy over every supervised position of ``samples`` (scalar,
+        differentiable w.r.t. the draft's parameters).
+
+        Raises:
+            ValueError: no samples.
+        """
+        if not samples:
+            raise ValueError("loss of an empty batch")
+        sums, counts = self._sums(samples)
+        return sums.sum() / max(sum(counts), 1)
+
+    def loss_and_sample_losses(self, samples: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """`loss` and, from the same forward pass, each sample's own mean
+        cross-entropy (float32 (B,), detached; NaN for a sample without positions):
+        f_t(w) of each round.
+
+        Raises:
+            ValueError: no samples.
+        """
+        if not samples:
+            raise ValueError("loss of an empty batch")
+        sums, counts = self._sums(samples)
+        n = torch.tensor(counts, dtype=torch.float32)
+        per = sums.detach().float().cpu() / n.clamp_min(1)
+        per = torch.where(n > 0, per, torch.full_like(per, math.nan))
+        return sums.sum() / max(sum(counts), 1), per
+
+
+class FeatureHeadObjective(_Objective):
     """Loss and samples for `HydraDrafter` / `MedusaDrafter` (see module docstring).
 
+    Reads the drafter only through its public online-training accessors:
+    ``feature_state()`` in `collect` (which must run before the drafter's
+    ``observe``), ``unrolled_logits`` in `loss` and ``target_to_draft``.
+
     Args:
-        drafter: the inner feature-head drafter (reads its ``_h`` / ``_pending``
-            state in `collect`, which must run before the drafter's ``observe``).
+        drafter: the inner feature-head drafter.
         top_m: tokens kept per target row (>= 1).
 
     Raises:
@@ -186,57 +234,45 @@ class FeatureHeadObjective:
     """
 
     def __init__(self, drafter, top_m: int = 32) -> None:
-        from specloop.realmodels.heads.head_drafting import HydraDrafter, MedusaDrafter
-        if not isinstance(drafter, (HydraDrafter, MedusaDrafter)):
+        from specloop.realmodels.heads.head_drafting import FeatureHeadDrafter, HydraDrafter
+        if not isinstance(drafter, FeatureHeadDrafter):
             raise ValueError(f"FeatureHeadObjective needs a Hydra or Medusa drafter, got {type(drafter).__name__}")
         if int(top_m) < 1:
             raise ValueError(f"top_m must be >= 1, got {top_m}")
         self.drafter = drafter
-        self.heads = drafter.heads
         self.is_hydra = isinstance(drafter, HydraDrafter)
         self.top_m = int(top_m)
 
     def collect(self, feedback: VerifyFeedback, context_ids: torch.Tensor | None = None) -> FeatureSample | None:
         """The sample of this round (None when the drafter has no feature yet)."""
-        h = getattr(self.drafter, "_h", None)
-        pending = getattr(self.drafter, "_pending", None)
-        if h is None or pending is None:
+        state = self.drafter.feature_state()
+        if state is None:
             return None
+        h, pending = state
         m = min(feedback.num_accepted + 1, int(self.drafter.max_depth), int(feedback.target_logits.shape[0]))
         accepted = [int(feedback.proposal.tokens[j]) for j in feedback.accepted_nodes[: m - 1]]
-        rows, probs = _sparse_targets(feedback.target_logits[:m], self.heads.lm_head.target_to_draft, self.top_m)
+        rows, probs = _sparse_targets(feedback.target_logits[:m], self.drafter.target_to_draft, self.top_m)
         rejected = feedback.num_accepted < feedback.proposal.depth
-        return FeatureSample(h.detach().float().cpu().clone(), torch.tensor([int(pending)] + accepted),
-                             rows, probs, bool(rejected))
+        return FeatureSample(h, torch.tensor([int(pending)] + accepted), rows, probs, bool(rejected))
 
-    def loss(self, samples: list[FeatureSample]) -> torch.Tensor:
-        """Mean cross-entropy over every verified position of ``samples`` (scalar,
-        differentiable w.r.t. the heads' parameters).
-
-        Raises:
-            ValueError: no samples.
-        """
-        if not samples:
-            raise ValueError("loss of an empty batch")
-        weight = self.heads.lm_head.proj.weight
-        h = torch.stack([s.h for s in samples]).to(weight.device, weight.dtype)
+    def _sums(self, samples: list[FeatureSample]) -> tuple[torch.Tensor, list[int]]:
         lengths = [int(s.tokens.numel()) for s in samples]
-        total, count, z = h.new_zeros(()), 0, h
-        for depth in range(max(lengths)):
+        width = max(lengths)
+        h = torch.stack([s.h for s in samples])
+        toks = torch.zeros(len(samples), width, dtype=torch.long)      # 0 pads finished rows
+        for i, s in enumerate(samples):
+            toks[i, :lengths[i]] = s.tokens
+        all_logits = self.drafter.unrolled_logits(h, toks)
+        device = all_logits[0].device
+        sums = torch.zeros(len(samples), dtype=torch.float32, device=device)
+        for depth, logits in enumerate(all_logits):
             live = [i for i, n in enumerate(lengths) if n > depth]
-            toks = torch.tensor([int(samples[i].tokens[depth]) if lengths[i] > depth else 0
-                                 for i in range(len(samples))], device=h.device)
-            if self.is_hydra:
-                z, logits = self.heads.step(depth, z, toks)
-            else:
-                logits = self.heads.head_logits(h, depth)
             logp = torch.log_softmax(logits[live].float(), -1)
-            rows = torch.stack([samples[i].target_rows[depth] for i in live]).to(h.device)
-            probs = torch.stack([samples[i].target_probs[depth] for i in live]).to(h.device)
+            rows = torch.stack([samples[i].target_rows[depth] for i in live]).to(device)
+            probs = torch.stack([samples[i].target_probs[depth] for i in live]).to(device)
             picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
-            total = total - (probs * picked).sum()
-            count += len(live)
-        return total / max(count, 1)
+            sums = sums.index_add(0, torch.tensor(live, device=device), -(probs * picked).sum(-1))
+        return sums, lengths
 
 
 def _cross_entropy(logp: torch.Tensor, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
@@ -245,12 +281,12 @@ def _cross_entropy(logp: torch.Tensor, rows: torch.Tensor, probs: torch.Tensor) 
     return -(probs * picked).sum()
 
 
-class SmallLMObjective:
+class SmallLMObjective(_Objective):
     """Loss and samples for the distilled small-LM draft (`SmallLMDraftDrafter`;
     the Vanilla SD / OSD rows): the draft is re-run with gradients over the last
-    ``window`` context tokens plus the accepted draft tokens, and its logits at the
-    pending token and each accepted token are compared with the target's rows
-    (cross-entropy, as `FeatureHeadObjective`).
+    ``window`` context tokens plus the accepted draft tokens (its public
+    ``context_logits``), and its logits at the pending token and each accepted token
+    are compared with the target's rows (cross-entropy, as `FeatureHeadObjective`).
 
     Raises:
         ValueError: another drafter kind; window or top_m < 1.
@@ -262,7 +298,7 @@ class SmallLMObjective:
             raise ValueError(f"SmallLMObjective needs a small-LM draft drafter, got {type(drafter).__name__}")
         if int(top_m) < 1 or int(window) < 1:
             raise ValueError(f"top_m and window must be >= 1, got {top_m}, {window}")
-        self.drafter, self.draft = drafter, drafter.draft
+        self.drafter = drafter
         self.top_m, self.window = int(top_m), int(window)
 
     def collect(self, feedback: VerifyFeedback, context_ids: torch.Tensor | None = None) -> ContextSample | None:
@@ -273,27 +309,22 @@ class SmallLMObjective:
         ctx = context_ids.reshape(-1).long().cpu()
         start = max(0, int(ctx.numel()) - self.window)
         ids = torch.cat([ctx[start:], torch.tensor(accepted, dtype=torch.long)])
-        rows, probs = _sparse_targets(feedback.target_logits[:m], self.draft.lm_head.target_to_draft, self.top_m)
+        rows, probs = _sparse_targets(feedback.target_logits[:m], self.drafter.target_to_draft, self.top_m)
         rejected = feedback.num_accepted < feedback.proposal.depth
         return ContextSample(ids, start, rows, probs, bool(rejected))
 
-    def loss(self, samples: list[ContextSample]) -> torch.Tensor:
-        if not samples:
-            raise ValueError("loss of an empty batch")
-        device = self.draft.lm_head.proj.weight.device
-        total, count = None, 0
+    def _sums(self, samples: list[ContextSample]) -> tuple[torch.Tensor, list[int]]:
+        terms, counts = [], []
         for s in samples:
             m = int(s.target_rows.shape[0])
-            pos = torch.arange(s.start, s.start + s.ids.numel(), device=device)[None]
-            logits, _ = self.draft(s.ids[None].to(device), None, pos, use_cache=False)
-            logp = torch.log_softmax(logits[0, -m:].float(), -1)
-            term = _cross_entropy(logp, s.target_rows.to(device), s.target_probs.to(device))
-            total = term if total is None else total + term
-            count += m
-        return total / max(count, 1)
+            logits = self.drafter.context_logits(s.ids, s.start)
+            logp = torch.log_softmax(logits[-m:].float(), -1)
+            terms.append(_cross_entropy(logp, s.target_rows.to(logp.device), s.target_probs.to(logp.device)))
+            counts.append(m)
+        return torch.stack(terms), counts
 
 
-class EagleObjective:
+class EagleObjective(_Objective):
     """Loss and samples for `EagleDrafter` (EAGLE / EAGLE-3; the Ens-EAGLE(-3) rows).
 
     Keeps the prompt's true target features (position i reads (f_i, x_{i+1}), as
@@ -302,8 +333,9 @@ class EagleObjective:
     token at P_j + 1. At draft step s the head output at position i predicts the
     token at i + s + 1 (`EagleHead.forward_ttt`), so row j supervises position
     P_j - s at step s, for s = 1..``steps``: the head is re-run with gradients over
-    a window of the last ``window`` positions (the context beyond it is dropped).
-    Loss: the cross-entropy of `FeatureHeadObjective`, averaged over supervised outputs.
+    a window of the last ``window`` positions (the context beyond it is dropped;
+    the drafter's public ``ttt_logits``). Loss: the cross-entropy of
+    `FeatureHeadObjective`, averaged over supervised outputs.
 
     Raises:
         ValueError: another drafter kind; window, steps or top_m < 1.
@@ -315,9 +347,9 @@ class EagleObjective:
             raise ValueError(f"EagleObjective needs an EAGLE drafter, got {type(drafter).__name__}")
         if min(int(top_m), int(window), int(steps)) < 1:
             raise ValueError(f"top_m, window and steps must be >= 1, got {top_m}, {window}, {steps}")
-        self.drafter, self.head = drafter, drafter.head
+        self.drafter = drafter
         self.top_m, self.window, self.steps = int(top_m), int(window), int(steps)
-        self._t2d = drafter.vocab.t2d.cpu()
+        self._t2d = drafter.target_to_draft.cpu()
         self._feats: list[torch.Tensor] = []
         self._next: list[int] = []
 
@@ -360,25 +392,25 @@ class EagleObjective:
                            torch.tensor([s for s, _, _ in pairs]), torch.tensor([i - lo for _, i, _ in pairs]),
                            rows[sel], probs[sel], bool(rejected))
 
-    def loss(self, samples: list[EagleSample]) -> torch.Tensor:
-        if not samples:
-            raise ValueError("loss of an empty batch")
-        weight = self.head.fuse.weight
-        total, count = None, 0
+    def _sums(self, samples: list[EagleSample]) -> tuple[torch.Tensor, list[int]]:
+        terms, counts = [], []
         for smp in samples:
-            outs = self.head.forward_ttt(smp.features[None].to(weight.device, weight.dtype),
-                                         smp.next_tokens[None].to(weight.device), int(smp.steps.max()))
-            for s in range(1, int(smp.steps.max()) + 1):
+            steps = int(smp.steps.max())
+            outs = self.drafter.ttt_logits(smp.features[None], smp.next_tokens[None], steps)
+            device = outs[0].device
+            total, count = outs[0].new_zeros((), dtype=torch.float32), 0
+            for s in range(1, steps + 1):
                 mask = smp.steps == s
                 if not bool(mask.any()):
                     continue
-                logits = outs[s - 1][1][0, smp.index[mask].to(weight.device)]
+                logits = outs[s - 1][0, smp.index[mask].to(device)]
                 logp = torch.log_softmax(logits.float(), -1)
-                term = _cross_entropy(logp, smp.target_rows[mask].to(weight.device),
-                                      smp.target_probs[mask].to(weight.device))
-                total = term if total is None else total + term
+                total = total + _cross_entropy(logp, smp.target_rows[mask].to(device),
+                                               smp.target_probs[mask].to(device))
                 count += int(mask.sum())
-        return total / max(count, 1)
+            terms.append(total)
+            counts.append(count)
+        return torch.stack(terms), counts
 
 
 def objective_for(drafter, **options):
@@ -497,7 +529,8 @@ class OnlineAdapter:
     Attributes:
         train_seconds: wall seconds spent in updates (foreground and background).
         num_steps: learner steps taken.
-        losses: f_t(w_t) of each collected round (NaN when the round gave no sample).
+        last_loss: the mini-batch loss of the latest learner step (NaN before any, and
+            for OSD, whose steps do not evaluate the played point).
     """
 
     def __init__(self, drafter, config: OnlineConfig) -> None:
@@ -522,6 +555,8 @@ class OnlineAdapter:
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._sample_losses: tuple[Any, float] | None = None   # (first sample, its loss) of the last _loss_grad
+        self._played_losses: tuple[Any, float] | None = None   # the same at the played point of the last _step
 
     # -- loss / gradient ---------------------------------------------------------
     def _loss_grad(self, samples: list[FeatureSample]) -> tuple[float, list[torch.Tensor]]:
@@ -530,13 +565,23 @@ class OnlineAdapter:
             try:
                 for p in self.params:
                     p.requires_grad_(True)
-                loss = self.objective.loss(samples)
+                loss, per_sample = self.objective.loss_and_sample_losses(samples)
                 grads = torch.autograd.grad(loss, self.params, allow_unused=True)
             finally:
                 for p, flag in zip(self.params, flags):
                     p.requires_grad_(flag)
         out = [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(self.params, grads)]
+        self._sample_losses = (samples[0], float(per_sample[0]))
         return float(loss.detach()), out
+
+    def sample_loss(self, sample) -> float:
+        """f_t(w) of one round's sample at the current parameters: its mean
+        cross-entropy over the verified positions (no gradient; under the drafting
+        lock, so a background update is not half-written). NaN for None."""
+        if sample is None:
+            return math.nan
+        with self.lock, torch.no_grad():
+            return float(self.objective.loss([sample]))
 
     def _loss_grad_at(self, values: list[torch.Tensor], samples: list[FeatureSample]):
         """f and grad f at other parameter values (the learners' oracle)."""
@@ -560,6 +605,7 @@ class OnlineAdapter:
             loss, grads = math.nan, [torch.zeros_like(p) for p in self.params]
         else:
             loss, grads = self._loss_grad(samples)
+            self._played_losses = self._sample_losses   # at w_t (oracle calls below evaluate elsewhere)
         played = [p.detach().clone() for p in self.params]
         if self.config.learner == "osd":
             new = self._osd_step(played, grads, loss, samples)
@@ -591,19 +637,38 @@ class OnlineAdapter:
         return new
 
     # -- schedule -------------------------------------------------------------------
-    def record(self, sample: FeatureSample | None) -> None:
-        """Add a round's sample and run a micro-update when one is due."""
+    def record(self, sample: FeatureSample | None) -> float:
+        """Add a round's sample and run a micro-update when one is due.
+
+        Returns:
+            f_t(w_t): the round's own loss (`sample_loss`) at the parameters that
+            drafted the round, before any update this call makes (``background``:
+            at the parameters current when the round ends, as a queued update may
+            have landed since the draft). A foreground gradient step on a
+            mini-batch headed by the sample yields it from the same forward pass;
+            otherwise (chunk mode, OSD, background, no update due) it costs one
+            forward pass without gradient, inside the round's ``update_time``.
+            NaN when the round gave no sample.
+        """
         self.rounds += 1
         if sample is None:
-            return
+            return math.nan
         self.buffer.append(sample)
         if len(self.buffer) > self.config.buffer_size:
             del self.buffer[0]
         if self.config.mode == "chunk":
             self.chunk_samples.append(sample)
-            return
-        if self.rounds % self.config.update_every == 0:
+            return self.sample_loss(sample)
+        if self.rounds % self.config.update_every != 0:
+            return self.sample_loss(sample)
+        if self.config.background or self.config.learner == "osd":
+            loss = self.sample_loss(sample)             # before the update can move w
             self._submit(self._replay_batch())
+            return loss
+        self._played_losses = None
+        self._submit(self._replay_batch())              # foreground: newest sample first
+        got = self._played_losses
+        return got[1] if got is not None and got[0] is sample else self.sample_loss(sample)
 
     def _replay_batch(self) -> list[FeatureSample]:
         newest = self.buffer[-1]
@@ -717,7 +782,11 @@ class OnlineDrafter:
     verification), only the speed does.
 
     Attributes:
-        round_losses: f_t(w_t) of each round's sample (NaN if none), in order.
+        round_losses: f_t(w_t) of each round (`OnlineAdapter.record`: the round's own
+            cross-entropy at the parameters that drafted it; NaN if the round gave
+            no sample), in order; one entry per ``observe``.
+        round_loss: the latest entry (NaN before the first round): what a decoder
+            copies into the round's `RoundRecord.loss`.
     """
 
     def __init__(self, inner, adapter: OnlineAdapter) -> None:
@@ -743,8 +812,11 @@ class OnlineDrafter:
         sample = self.adapter.objective.collect(feedback, self._context)
         self._context = None
         self.inner.observe(feedback)
-        self.adapter.record(sample)
-        self.round_losses.append(self.adapter.last_loss if sample is not None else math.nan)
+        self.round_losses.append(float(self.adapter.record(sample)))
+
+    @property
+    def round_loss(self) -> float:
+        return self.round_losses[-1] if self.round_losses else math.nan
 
     def parameters(self) -> list[torch.Tensor]:
         return self.inner.parameters()

@@ -23,7 +23,8 @@ token, same KV-cache code path), whose tokens/s is the denominator of every
 ``speedup``.
 
 Results folder (``out``): per method ``<method>/rounds.jsonl`` (a `TraceWriter`
-file, one `RoundRecord` per round, ``stream_index`` = prompt index),
+file, one `RoundRecord` per round, ``stream_index`` = prompt index; online
+methods fill ``loss`` with the round's f_t(w_t), `OnlineDrafter.round_losses`),
 ``<method>/state.pt`` (prompts done, per-prompt and per-chunk timings, the adapter's
 full state: draft parameters, learner, replay buffer) written atomically after every
 prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
@@ -233,8 +234,11 @@ class StreamRunner:
         losses_before = len(drafter.round_losses) if isinstance(drafter, OnlineDrafter) else 0
         result = decoder.generate(self.prompts[index], self.config.max_new_tokens, stream_index=index)
         records = list(result.trace)
-        if isinstance(drafter, OnlineDrafter):
+        if isinstance(drafter, OnlineDrafter):     # f_t of each round into RoundRecord.loss
             losses = drafter.round_losses[losses_before:]
+            if len(losses) != len(records):
+                raise RuntimeError(f"{len(records)} rounds but {len(losses)} online losses for prompt {index}: "
+                                   "the decoder did not call observe once per round")
             records = [replace(r, loss=l) for r, l in zip(records, losses)]
         for record in records:
             writer.append(record)

@@ -1,5 +1,6 @@
 """Online adaptation in the real decoder: lossless under updates, the loss and its
-gradient, learner checkpoints, schedules (round / chunk / background), bad input."""
+gradient, the per-round loss f_t, the drafters' online-training accessors, learner
+checkpoints, schedules (round / chunk / background), bad input."""
 from __future__ import annotations
 
 import math
@@ -13,7 +14,9 @@ from specloop.realmodels.online import (LEARNER_KINDS, FeatureHeadObjective, Onl
                                         OnlineDrafter, load_checkpoint, objective_for, save_checkpoint)
 from specloop.realmodels.policy import FixedDraftPolicy
 from tests.realmodels.decoder_util import plain_greedy
-from tests.realmodels.test_online_util import NO_EOS, hydra_drafter, medusa_drafter, prompts, tiny_loaded
+from tests.realmodels.heads_b_util import HIDDEN
+from tests.realmodels.test_online_util import (NO_EOS, eagle_drafter, hydra_drafter, medusa_drafter, prompts,
+                                               small_lm_drafter, tiny_loaded)
 
 LR = {"ogd": 0.05, "opt": 0.05, "ens": 0.02, "opt-ens": 0.02, "osd": 3e-3}
 
@@ -211,8 +214,106 @@ def test_eagle_online_matches_drafting_and_learns(target, kind):
         for at, root in roots[:8]:
             smp = samples[at]
             first = int(((smp.steps == 1)).nonzero()[0])
-            out = inner.head.forward_ttt(smp.features[None], smp.next_tokens[None], 1)[0][1][0]
+            out = inner.ttt_logits(smp.features[None], smp.next_tokens[None], 1)[0][0]
             assert torch.allclose(out[smp.index[first]], root, atol=1e-4)
     loss0, _ = adapter._loss_grad(samples[:6])
     adapter.end_chunk()
     assert adapter.num_steps > 0 and adapter._loss_grad(samples[:6])[0] < loss0
+
+
+@pytest.mark.parametrize("learner,mode,make", [("opt", "round", hydra_drafter), ("ens", "round", hydra_drafter),
+                                               ("osd", "round", hydra_drafter), ("ogd", "chunk", medusa_drafter),
+                                               ("ogd", "round", small_lm_drafter)])
+def test_round_losses_are_f_t_at_the_drafting_parameters(target, learner, mode, make):
+    """round_losses[t] = the round's own cross-entropy at the parameters that drafted it
+    (the optimistic / ensemble learners evaluate other points too; OSD and chunk mode
+    take no step in the round)."""
+    inner = make(target)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner=learner, lr=LR[learner], mode=mode, batch_size=2,
+                                                osd_interval=2))
+    seen, record = [], adapter.record
+
+    def spy(sample):
+        seen.append((sample, params_of(inner)))
+        return record(sample)
+    adapter.record = spy
+    drafter = OnlineDrafter(inner, adapter)
+    results = serve(target, drafter, prompts(2), max_new_tokens=14)
+    assert len(drafter.round_losses) == len(seen) == sum(len(r.trace) for r in results)
+    assert mode == "chunk" or adapter.num_steps > 0
+    final, checked = params_of(inner), 0
+    for (sample, params), got in zip(seen, drafter.round_losses):
+        if sample is None:
+            assert math.isnan(got)
+            continue
+        adapter._write(params)
+        with torch.no_grad():
+            assert got == pytest.approx(float(adapter.objective.loss([sample])), rel=1e-4, abs=1e-6)
+        checked += 1
+    adapter._write(final)
+    assert checked >= len(seen) - 2
+    assert drafter.round_loss == pytest.approx(drafter.round_losses[-1], nan_ok=True)
+
+
+def test_loss_is_the_position_weighted_mean_of_the_sample_losses(target):
+    inner = hydra_drafter(target)
+    adapter = OnlineAdapter(inner, OnlineConfig(learner="ogd", mode="chunk"))
+    serve(target, OnlineDrafter(inner, adapter), prompts(1))
+    samples = adapter.chunk_samples[:5]
+    with torch.no_grad():
+        loss, per = adapter.objective.loss_and_sample_losses(samples)
+        counts = torch.tensor([s.tokens.numel() for s in samples], dtype=torch.float32)
+        assert float(loss) == pytest.approx(float((per * counts).sum() / counts.sum()), rel=1e-5)
+        for s, value in zip(samples, per):
+            assert float(value) == pytest.approx(float(adapter.objective.loss([s])), rel=1e-5)
+    with pytest.raises(ValueError, match="empty"):
+        adapter.objective.loss_and_sample_losses([])
+
+
+@pytest.mark.parametrize("make", [hydra_drafter, medusa_drafter])
+def test_feature_head_training_accessors(target, make):
+    drafter = make(target)
+    assert drafter.feature_state() is None
+    ids = torch.tensor(prompts(1)[0])
+    hidden = torch.randn(ids.numel() - 1, HIDDEN)
+    drafter.reset(ids, target_hidden=(hidden,))
+    h, pending = drafter.feature_state()
+    assert pending == int(ids[-1]) and torch.equal(h, hidden[-1]) and h.dtype == torch.float32
+    h.zero_()                                                    # a copy: the drafter is untouched
+    assert torch.equal(drafter.feature_state()[0], hidden[-1])
+    assert torch.equal(drafter.target_to_draft, drafter.vocab.target_to_draft)
+    batch = torch.randn(2, HIDDEN)
+    tokens = torch.tensor([[int(ids[-1]), 5, 9], [3, 4, 7]])
+    logits = drafter.unrolled_logits(batch, tokens)
+    with torch.no_grad():                                        # the same unroll as drafting
+        z = batch
+        for depth, got in enumerate(logits):
+            z, want = drafter.expand(z, tokens[:, depth], depth)
+            assert got.shape == (2, drafter.vocab.draft_vocab_size) and torch.allclose(got, want)
+    logits[-1].sum().backward()
+    assert any(p.grad is not None and bool(p.grad.abs().sum() > 0) for p in drafter.parameters())
+    with pytest.raises(ValueError, match="depths"):
+        drafter.unrolled_logits(batch, torch.zeros(2, drafter.max_depth + 1, dtype=torch.long))
+    with pytest.raises(ValueError, match="need h"):
+        drafter.unrolled_logits(batch, tokens[:1])
+
+
+def test_eagle_and_small_lm_training_accessors(target):
+    eagle = eagle_drafter(target, "eagle3")
+    feats, nxt = torch.randn(1, 6, 3 * HIDDEN), torch.tensor([[1, 2, 3, 4, 5, 6]])
+    with torch.no_grad():
+        want = [lg for _, lg in eagle.head.forward_ttt(feats, nxt, 2)]
+        got = eagle.ttt_logits(feats, nxt, 2)
+    assert len(got) == 2 and all(torch.allclose(a, b) for a, b in zip(got, want))
+    assert torch.equal(eagle.target_to_draft, eagle.vocab.t2d)
+    with pytest.raises(ValueError, match="need features"):
+        eagle.ttt_logits(feats, nxt[:, :3], 2)
+    small = small_lm_drafter(target)
+    ids = torch.tensor(prompts(1)[0])
+    with torch.no_grad():
+        want, _ = small.draft(ids[None], None, torch.arange(4, 4 + ids.numel())[None], use_cache=False)
+        got = small.context_logits(ids, 4)
+    assert torch.allclose(got, want[0])
+    assert torch.equal(small.target_to_draft, small.draft.lm_head.target_to_draft)
+    with pytest.raises(ValueError, match="non-empty"):
+        small.context_logits(ids[:0], 0)

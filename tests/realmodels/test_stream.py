@@ -3,7 +3,9 @@ reproduces the uninterrupted records), summaries, CLI result/plot plumbing."""
 from __future__ import annotations
 
 import json
+import math
 
+import numpy as np
 import pytest
 
 from specloop.realmodels.stream import (BASELINE, METHODS, StreamConfig, StreamRunner, resolve_method,
@@ -141,3 +143,18 @@ def test_cli_result_and_plot(tmp_path):
     assert set(m) >= {"mean_accepted_length", "speedup", "speedup_with_training", "per_chunk"}
     assert m["speedup"] == 2.0 and m["speedup_with_training"] == 1.6 and m["per_chunk"] == [2.0, 2.0]
     assert plot_stream(result, tmp_path / "s.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("method,mode", [("ogd-hydra", "round"), ("osd-hydra", "round"), ("ens-hydra", "chunk")])
+def test_online_records_carry_the_rounds_loss(target, tmp_path, method, mode):
+    """RoundRecord.loss = f_t(w_t) of the round for online methods (also OSD and chunk
+    mode, which take no gradient step in the round); NaN for frozen drafts."""
+    run = runner(target, tmp_path, mode)
+    run.run_method(method)
+    run.run_method("hydra")
+    online = Trace.load(tmp_path / method / "rounds.jsonl")
+    losses = online.column("loss")
+    finite = np.isfinite(losses)
+    assert finite.sum() >= len(online) - 5          # at most the first round of each prompt lacks a sample
+    assert (losses[finite] > 0).all() and bool(np.all(losses[finite] < 10 * math.log(80)))
+    assert np.isnan(Trace.load(tmp_path / "hydra" / "rounds.jsonl").column("loss")).all()

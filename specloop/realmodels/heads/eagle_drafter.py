@@ -87,6 +87,39 @@ class EagleDrafter(BaseDrafter):
     def parameters(self) -> list[torch.Tensor]:
         return self.head.trainable()
 
+    # -- online-training accessors (issue 7; `specloop.realmodels.online`) ----------------
+    @property
+    def target_to_draft(self) -> torch.Tensor:
+        """int64 (V_target,): the draft-vocabulary row of each target token id, -1 for
+        ids outside the draft's reduced vocabulary."""
+        return self.vocab.t2d
+
+    def ttt_logits(self, features: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        """Draft logits of EAGLE-3's training-time test over teacher-forced windows
+        (`EagleHead.forward_ttt`), differentiable w.r.t. ``parameters()`` (call under
+        ``torch.enable_grad()`` to train).
+
+        Args:
+            features: float (B, T, F) the target's true features at positions
+                0..T-1 (F = H for EAGLE, 3H for EAGLE-3; any device / float dtype).
+            next_tokens: int64 (B, T) the token at position i + 1 for each i.
+            steps: draft steps S >= 1.
+
+        Returns:
+            S tensors (B, T, V_draft) in the head's dtype and device: at step s,
+            position i predicts the token at i + s + 1; positions i < s - 1 have no
+            anchor and must be left out of losses.
+
+        Raises:
+            ValueError: steps < 1, or features / tokens of mismatched shapes.
+        """
+        if features.dim() != 3 or next_tokens.shape != features.shape[:2]:
+            raise ValueError(f"need features (B, T, F) and next_tokens (B, T), got {tuple(features.shape)} "
+                             f"and {tuple(next_tokens.shape)}")
+        outs = self.head.forward_ttt(features.to(self._device, self._dtype), next_tokens.to(self._device).long(),
+                                     int(steps))
+        return [logits for _, logits in outs]
+
     @torch.no_grad()
     def _absorb(self) -> None:
         if not self._pending_feats:

@@ -153,6 +153,60 @@ class FeatureHeadDrafter(BaseDrafter):
     def parameters(self) -> list[torch.Tensor]:
         return self.heads.trainable_parameters()
 
+    # -- online-training accessors (issue 7; `specloop.realmodels.online`) ----------------
+    @property
+    def target_to_draft(self) -> torch.Tensor:
+        """int64 (V_target,): the draft-vocabulary row of each target token id, -1 for
+        ids outside the draft's reduced vocabulary."""
+        return self.vocab.target_to_draft
+
+    def feature_state(self) -> tuple[torch.Tensor, int] | None:
+        """The root the next draft starts from: (h_t, pending token id), h_t a detached
+        float32 CPU copy of shape (d,); None while no feature exists (before `reset`,
+        or a one-token prompt's first round).
+
+        An online learner reads it in its ``observe`` *before* this drafter observes
+        the round: it is then the state the round's draft was made from (the input
+        of the heads whose outputs the target just verified)."""
+        if self._h is None or self._pending is None:
+            return None
+        return self._h.detach().float().cpu().clone(), int(self._pending)
+
+    def unrolled_logits(self, h: torch.Tensor, tokens: torch.Tensor) -> list[torch.Tensor]:
+        """Draft logits of depths 0..m-1, teacher-forced on given tokens, differentiable
+        w.r.t. ``parameters()`` (call under ``torch.enable_grad()`` to train).
+
+        Depth j runs `expand` exactly as drafting does: Hydra's head j reads head
+        j-1's state and the token at depth j (``tokens[:, j]``; the pending token at
+        j = 0); Medusa's head j reads h_t only (tokens unused).
+
+        Args:
+            h: float (B, d) target features h_t (any device / float dtype; moved to
+                the heads').
+            tokens: int64 (B, m) target token ids fed at depths 0..m-1, 1 <= m <=
+                ``max_depth``; rows may be padded with any valid id past their length.
+
+        Returns:
+            m tensors of logits (B, V_draft) over the reduced vocabulary, in the heads'
+            dtype and device.
+
+        Raises:
+            ValueError: mismatched shapes, or m outside 1..max_depth.
+        """
+        if h.dim() != 2 or tokens.dim() != 2 or tokens.shape[0] != h.shape[0]:
+            raise ValueError(f"need h (B, d) and tokens (B, m), got {tuple(h.shape)} and {tuple(tokens.shape)}")
+        m = int(tokens.shape[1])
+        if not 1 <= m <= self.max_depth:
+            raise ValueError(f"{self.name}: {m} depths requested, the heads have 1..{self.max_depth}")
+        weight = self.vocab.proj.weight
+        states = h.to(weight.device, weight.dtype)
+        tokens = tokens.to(weight.device).long()
+        out = []
+        for depth in range(m):
+            states, logits = self.expand(states, tokens[:, depth], depth)
+            out.append(logits)
+        return out
+
     def expand(self, states: torch.Tensor, tokens: torch.Tensor, depth: int):  # pragma: no cover
         raise NotImplementedError
 

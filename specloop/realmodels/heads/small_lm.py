@@ -181,6 +181,36 @@ class SmallLMDraftDrafter:
     def parameters(self) -> list[torch.Tensor]:
         return self.draft.trainable_parameters()
 
+    # -- online-training accessors (issue 7; `specloop.realmodels.online`) ----------------
+    @property
+    def target_to_draft(self) -> torch.Tensor:
+        """int64 (V_target,): the draft-vocabulary row of each target token id, -1 for
+        ids outside the draft's reduced vocabulary."""
+        return self.vocab.target_to_draft
+
+    def context_logits(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """Draft logits at every position of a context window, without the KV cache,
+        differentiable w.r.t. ``parameters()`` (call under ``torch.enable_grad()``).
+
+        Args:
+            ids: int64 (T,) target token ids (the draft shares the target's tokenizer).
+            start: absolute position of ``ids[0]`` (>= 0; the window's position ids).
+
+        Returns:
+            (T, V_draft) logits over the reduced vocabulary (row i predicts the token
+            after ``ids[i]``), in the draft's dtype and device.
+
+        Raises:
+            ValueError: empty ids or negative start.
+        """
+        ids = ids.reshape(-1)
+        if ids.numel() == 0 or int(start) < 0:
+            raise ValueError(f"need a non-empty window and start >= 0, got {ids.numel()} tokens at {start}")
+        device = self.vocab.proj.weight.device
+        pos = torch.arange(int(start), int(start) + ids.numel(), device=device)[None]
+        logits, _ = self.draft(ids[None].to(device).long(), None, pos, use_cache=False)
+        return logits[0]
+
     def _feed(self, ids: list[int]) -> torch.Tensor:
         """Feed ``ids`` after the cache; returns (V_d,) logits of the last one."""
         start = len(self._cached)
