@@ -11,6 +11,12 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
 * ``specloop-greedy``      our decoder with k = 0 (plain decoding through our code path)
 * ``specloop-ngram-chain`` / ``specloop-ngram-tree``  n-gram drafts, chain and a trie
                            of several continuations verified in one forward
+* ``specloop-datastore-chain`` / ``specloop-datastore-tree``  REST-style retrieval
+                           (`drafters.datastore`): continuations of the longest
+                           matching suffix in an n-gram index of the target's warm-up
+                           corpus, merged with the context's own by count into one
+                           trie of at most ``--datastore-nodes`` nodes (nodes scoring
+                           below ``--datastore-min-score`` are not verified)
 * ``specloop-<draft>-chain`` small-LM drafts when ``--draft-model`` is given
 
 for each dtype (float32, bfloat16): tokens/s (new tokens / seconds, prefill
@@ -82,6 +88,7 @@ def _spec_runner(target, drafter, policy):
 
 def _methods(target, args) -> dict:
     from specloop.realmodels.decoder import eos_ids_of
+    from specloop.realmodels.drafters.datastore import DatastoreDrafter, load_or_build_index
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
     from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
@@ -96,6 +103,14 @@ def _methods(target, args) -> dict:
                                                   FixedDraftPolicy(args.tree_depth, parse_tree_shape(
                                                       f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
                                                       + f",v={args.tree_nodes}")))
+    if args.datastore:
+        index = load_or_build_index(target, args.target)
+        chain = DatastoreDrafter(index, min_score=args.datastore_min_score)
+        tree = DatastoreDrafter(index, min_score=args.datastore_min_score)
+        methods["specloop-datastore-chain"] = _spec_runner(target, chain, FixedDraftPolicy(args.k))
+        methods["specloop-datastore-tree"] = _spec_runner(target, tree, FixedDraftPolicy(
+            args.tree_depth, parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
+                                              + f",v={args.datastore_nodes}")))
     if args.draft_model:
         drafter = make_small_lm_drafter(target, args.draft_model, dtype=args.current_dtype)
         methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.k))
@@ -194,6 +209,11 @@ def main(argv=None) -> int:
     parser.add_argument("--tree-width", type=int, default=4, help="n-gram continuations in the tree")
     parser.add_argument("--tree-depth", type=int, default=8)
     parser.add_argument("--tree-nodes", type=int, default=24, help="verify size cap of the n-gram tree")
+    parser.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=True,
+                        help="run the n-gram datastore drafter rows (index cached under ~/.cache/specloop)")
+    parser.add_argument("--datastore-nodes", type=int, default=24, help="node budget of the datastore tree")
+    parser.add_argument("--datastore-min-score", type=float, default=0.0,
+                        help="datastore nodes scoring below this are not verified")
     parser.add_argument("--lookup-tokens", default="3,10", help="HF prompt_lookup_num_tokens settings")
     parser.add_argument("--cache-len", type=int, default=200)
     parser.add_argument("--max-verify", type=int, default=32)
@@ -217,6 +237,8 @@ def main(argv=None) -> int:
     meta = {"target": args.target, "draft_model": args.draft_model, "datasets": args.datasets,
             "prompts": [f"{d}/{i}" for d, i, _ in prompts], "max_new_tokens": args.max_new_tokens,
             "repeats": args.repeats, "k": args.k, "tree": [args.tree_width, args.tree_depth, args.tree_nodes],
+            "datastore": {"enabled": args.datastore, "nodes": args.datastore_nodes,
+                          "min_score": args.datastore_min_score},
             "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch": torch.__version__,

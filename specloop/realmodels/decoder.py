@@ -28,7 +28,7 @@ from specloop.realmodels.kvcache import cache_length, causal_forward, keep_posit
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.sampling import SamplingConfig, check_finite, processed_probs
 from specloop.realmodels.tree import node_depths, verify_block_inputs
-from specloop.realmodels.verify import verify_tree
+from specloop.realmodels.verify import verify_greedy, verify_tree
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, DraftPolicy, PlanState
 
@@ -154,10 +154,19 @@ class SpeculativeDecoder:
 
     # -- target forward --------------------------------------------------------
     def _forward(self, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor):
+        """One verification forward: (logits in the model's dtype (n, V), hidden states or None).
+
+        Raises:
+            ValueError: NaN / +inf logits.
+        """
         hidden = bool(self.drafter.needs_target_hidden)
         out = model_forward(self.model, cache, input_ids, mask, positions, hidden)
-        logits = out.logits[0].float()
-        check_finite(logits, "target model")
+        logits = out.logits[0]
+        # one float32 reduction instead of two full passes: the sum is NaN or +inf
+        # iff some logit is NaN or +inf (-inf alone, a masked token, is allowed)
+        total = float(logits.sum(dtype=torch.float32))
+        if total != total or total == float("inf"):
+            check_finite(logits.float(), "target model")
         layers = None
         if hidden:
             layers = tuple(out.hidden_states[i][0] for i in self.drafter.needs_target_hidden)
@@ -282,9 +291,17 @@ class SpeculativeDecoder:
         cache_len = cache_length(cache)
         mask, positions = verify_block_inputs(proposal.parents, cache_len, self.dtype, self.device)
         block = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), proposal.tokens])
-        logits, hidden = self._forward(cache, block, mask, positions)
-        p_target = processed_probs(logits, self.sampling)
-        outcome = verify_tree(p_target, proposal.tokens, proposal.parents, proposal.q_draft, self.generator)
+        raw_logits, hidden = self._forward(cache, block, mask, positions)
+        if self.sampling.greedy and proposal.q_draft is None:
+            # deterministic draft, greedy target: only argmaxes matter (`verify_greedy`)
+            argmax = raw_logits.argmax(-1)
+            outcome = verify_greedy(argmax.tolist(), proposal.tokens.tolist(), proposal.parents.tolist(),
+                                    self.generator)
+            p_target = logits = None
+        else:
+            logits = raw_logits.float()
+            p_target = processed_probs(logits, self.sampling)
+            outcome = verify_tree(p_target, proposal.tokens, proposal.parents, proposal.q_draft, self.generator)
         accepted = list(outcome.accepted_nodes)
         keep = torch.cat([torch.arange(cache_len + 1), cache_len + 1 + torch.tensor(accepted, dtype=torch.long)])
         keep_positions(cache, keep)
@@ -292,10 +309,15 @@ class SpeculativeDecoder:
         committed, eos = self._truncate(committed, remaining)
         t2 = self._clock()
         rows = [0] + [1 + j for j in accepted]
+        if p_target is None:  # greedy fast path: the one-hot rows of the accepted path only
+            row_logits = raw_logits[rows].float()
+            row_probs = torch.zeros_like(row_logits).scatter_(-1, argmax[rows].reshape(-1, 1), 1.0)
+        else:
+            row_logits, row_probs = logits[rows], p_target[rows]
         feedback = VerifyFeedback(
             proposal=proposal, accepted_nodes=tuple(accepted),
             committed_tokens=torch.tensor(committed, dtype=torch.long),
-            p_target=p_target[rows], target_logits=logits[rows],
+            p_target=row_probs, target_logits=row_logits,
             target_hidden=None if hidden is None else tuple(h[rows] for h in hidden),
             acceptance_probs=outcome.acceptance_probs,
             finished=eos or len(committed) >= remaining)

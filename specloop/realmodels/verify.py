@@ -23,7 +23,7 @@ import torch
 
 from specloop.realmodels.sampling import sample_from
 
-__all__ = ["VerifyOutcome", "verify_tree", "children_lists"]
+__all__ = ["VerifyOutcome", "verify_tree", "verify_greedy", "children_lists"]
 
 
 @dataclass(frozen=True)
@@ -111,5 +111,52 @@ def verify_tree(p_target: torch.Tensor, tokens: torch.Tensor, parents: torch.Ten
             p = residual / total
         if next_node is None:
             return VerifyOutcome(tuple(accepted), sample_from(p, generator), tuple(probs))
+        accepted.append(next_node)
+        current = next_node
+
+
+def verify_greedy(target_argmax: list[int], tokens: list[int], parents: list[int],
+                  generator: torch.Generator) -> VerifyOutcome:
+    """`verify_tree` for greedy decoding of a deterministic draft, on token ids only.
+
+    With one-hot p rows (greedy, ``processed_probs`` at temperature 0) and one-hot q
+    (``q_draft=None``) every acceptance probability is exactly 1 (the drafted token
+    is the target's argmax) or 0, and a rejection leaves p unchanged, so the walk
+    needs only each row's argmax: no (V,) rows are built. The result, including the
+    single uniform that `verify_tree`'s final `sample_from` consumes, is identical
+    to ``verify_tree(one_hot(target_argmax), tokens, parents, None, generator)``.
+
+    Args:
+        target_argmax: n+1 ints: the target's argmax after the pending token
+            (entry 0) and after each node (entry i+1).
+        tokens: n drafted token ids; parents: n parent indices (-1 = root).
+        generator: CPU torch.Generator (one float64 uniform is drawn, as
+            `verify_tree` does for its bonus / correction token).
+
+    Raises:
+        ValueError: ``target_argmax`` of the wrong length.
+    """
+    n = len(tokens)
+    if len(target_argmax) != n + 1 or len(parents) != n:
+        raise ValueError(f"verify_greedy: {len(target_argmax)} argmax rows, {n} tokens, {len(parents)} parents; "
+                         "expected n + 1, n, n")
+    kids: dict[int, list[int]] = {}
+    for i, par in enumerate(parents):
+        kids.setdefault(par, []).append(i)
+    accepted: list[int] = []
+    probs: list[float] = []
+    current = -1
+    while True:
+        best = target_argmax[current + 1]
+        next_node = None
+        for child in kids.get(current, ()):
+            if tokens[child] == best:
+                probs.append(1.0)
+                next_node = child
+                break
+            probs.append(0.0)
+        if next_node is None:
+            torch.rand((), generator=generator, device=generator.device, dtype=torch.float64)
+            return VerifyOutcome(tuple(accepted), int(best), tuple(probs))
         accepted.append(next_node)
         current = next_node

@@ -4,9 +4,11 @@
 ``factory(target, **options) -> Drafter`` where ``target`` is the target's
 `specloop.realmodels.loading.LoadedModel` and ``options`` are drafter-specific
 keyword arguments (``dtype``, ``device``, ``checkpoint`` ...; a factory must accept
-and ignore options it does not know). Built in: ``ngram`` (prompt lookup) and
-``small-lm`` (a separate small LM; option ``model`` = registry name / HF id /
-path, default ``smollm2-135m``). Any name that is not registered is treated as a
+and ignore options it does not know). Built in: ``ngram`` (prompt lookup),
+``ngram-datastore`` (REST retrieval from an n-gram index of the target's warm-up
+corpus merged with prompt lookup, `drafters.datastore`; the index is built once and
+cached) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
+HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
 The trained-heads package registers ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
@@ -65,6 +67,7 @@ def _ensure_builtins() -> None:
     if _BUILTINS_DONE:
         return
     _BUILTINS_DONE = True
+    from specloop.realmodels.drafters.datastore import make_datastore_drafter
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
 
@@ -73,6 +76,7 @@ def _ensure_builtins() -> None:
         return NGramDrafter(**{k: v for k, v in options.items() if k in keys and v is not None})
 
     _FACTORIES.setdefault("ngram", ngram_factory)
+    _FACTORIES.setdefault("ngram-datastore", make_datastore_drafter)
     _FACTORIES.setdefault("small-lm", make_small_lm_drafter)
     try:  # the trained-heads package registers its drafters on import, if present
         import specloop.realmodels.heads.registry  # noqa: F401
