@@ -126,9 +126,7 @@ def bench_full_vocab(vocab: int, contexts: int, rounds: int, ref_rounds: int, k:
             np.empty((ref_rounds, k)))
     t = tables
     numpy_s = _median_seconds(lambda: R.chain_table_kernel(
-        t.p_table, t.q_table, t.p_cdf, t.q_cdf, t.res_cdf, t.res_prob, t.p_guide, t.q_guide,
-        t.res_guide, t.row_acc, rctx, ks,
-        False, False, t.p_argmax, t.q_argmax, *u, *outs), repeats)
+        *t.kernel_tables(), rctx, ks, False, False, *u, *outs), repeats)
     numba_rate = rounds * k / numba_s
     numpy_rate = ref_rounds * k / numpy_s
     batch = simulate_chain_tables(None, None, ctx, k, rng, tables=tables)

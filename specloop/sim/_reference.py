@@ -35,12 +35,12 @@ def iid_chain_kernel(acceptance_rate, num_draft_tokens, uniforms, accepted_out):
         accepted_out[r] = int(np.count_nonzero(uniforms[r] <= powers))
 
 
-def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob,
-                       p_guide, q_guide, res_guide, row_acc,
-                       contexts, num_draft_tokens, iid, greedy, p_argmax, q_argmax,
+def chain_table_kernel(p_table, q_table, p_cdf, q_cdf, res_cdf, res_prob, row_acc,
+                       p_argmax, q_argmax, blocks, guide,
+                       contexts, num_draft_tokens, iid, greedy,
                        u_draft, u_accept, u_final, accepted_out, tokens_out, acc_out):
-    """Reference of the full-vocabulary chain kernel (same arguments; the guide
-    tables are unused: ``np.searchsorted`` on the full CDF rows)."""
+    """Reference of the full-vocabulary chain kernel (same arguments; the sampling
+    tables ``blocks`` / ``guide`` are unused: ``np.searchsorted`` on the full CDF rows)."""
     num_contexts = p_table.shape[0]
     tokens_out[:] = -1
     acc_out[:] = np.nan

@@ -82,8 +82,10 @@ class ChainTables:
     Attributes: float64 (C, V) ``p_table``, ``q_table``, their row CDFs ``p_cdf``,
     ``q_cdf``; ``res_prob`` = max(0, p - q) and its CDF ``res_cdf``; ``row_acc``
     (C,) = Acc(c) = sum_x min(p, q); ``p_argmax``, ``q_argmax`` int64 (C,);
-    ``p_guide``, ``q_guide``, ``res_guide`` int64 (C, ceil(V / 4) + 1) guide tables
-    of the CDFs (`specloop.sim._kernels.guide_table`).
+    ``blocks`` float64 (3, C, 16 G) and ``guide`` int32 (3, C, V + 1), the
+    line-blocked CDFs with acceptance ratios and their guide table
+    (`specloop.sim._kernels.build_sampling_tables`; 60 bytes per context and token).
+    Build once per set of distributions (`prepare_tables`) and reuse across rounds.
     """
 
     p_table: np.ndarray
@@ -95,9 +97,8 @@ class ChainTables:
     row_acc: np.ndarray
     p_argmax: np.ndarray
     q_argmax: np.ndarray
-    p_guide: np.ndarray
-    q_guide: np.ndarray
-    res_guide: np.ndarray
+    blocks: np.ndarray
+    guide: np.ndarray
 
     @property
     def num_contexts(self) -> int:
@@ -107,9 +108,26 @@ class ChainTables:
     def vocab_size(self) -> int:
         return self.p_table.shape[1]
 
+    def kernel_tables(self) -> tuple:
+        """The first 11 arguments of `specloop.sim._kernels.chain_table_kernel` (and of
+        its NumPy reference), in order."""
+        return (self.p_table, self.q_table, self.p_cdf, self.q_cdf, self.res_cdf,
+                self.res_prob, self.row_acc, self.p_argmax, self.q_argmax, self.blocks,
+                self.guide)
+
+
+def _aligned_empty(shape, align: int = 128) -> np.ndarray:
+    """Uninitialised float64 array whose data starts on an ``align``-byte boundary
+    (so each 16-entry block of the sampling tables is one 128-byte line pair)."""
+    n = int(np.prod(shape))
+    buf = np.empty(n + align // 8, dtype=np.float64)
+    start = (-buf.ctypes.data % align) // 8
+    return buf[start:start + n].reshape(shape)
+
 
 def prepare_tables(p_table, q_table) -> ChainTables:
-    """Validate p and q tables ((C, V) or (V,)) and build the CDF / residual tables.
+    """Validate p and q tables ((C, V) or (V,)) and build the CDF / residual / sampling
+    tables in one pass per context (`specloop.sim._kernels.build_sampling_tables`).
 
     Raises:
         ValueError: invalid probability rows, mismatched shapes or vocabularies.
@@ -118,12 +136,15 @@ def prepare_tables(p_table, q_table) -> ChainTables:
     q = validate_table(q_table, "q_draft", vocab_size=p.shape[1])
     if q.shape[0] != p.shape[0]:
         raise ValueError(f"p_target has {p.shape[0]} context rows but q_draft has {q.shape[0]}")
-    res = np.maximum(p - q, 0.0)
-    p_cdf, q_cdf, res_cdf = np.cumsum(p, axis=1), np.cumsum(q, axis=1), np.cumsum(res, axis=1)
+    num_contexts, vocab = p.shape
+    blocks_shape, guide_shape = K.sampling_table_shapes(num_contexts, vocab)
+    p_cdf, q_cdf, res, res_cdf = (np.empty_like(p) for _ in range(4))
+    blocks = _aligned_empty(blocks_shape)
+    guide = np.empty(guide_shape, dtype=np.int32)
+    K.build_sampling_tables(p, q, p_cdf, q_cdf, res, res_cdf, blocks, guide)
     return ChainTables(p, q, p_cdf, q_cdf, res, res_cdf, np.minimum(p, q).sum(axis=1),
                        np.argmax(p, axis=1).astype(np.int64),
-                       np.argmax(q, axis=1).astype(np.int64),
-                       K.guide_table(p_cdf), K.guide_table(q_cdf), K.guide_table(res_cdf))
+                       np.argmax(q, axis=1).astype(np.int64), blocks, guide)
 
 
 class _BatchSummaries:
@@ -319,7 +340,8 @@ def simulate_iid_chain(acceptance_rate, num_draft_tokens, rounds: int,
 def simulate_chain_tables(p_table, q_table, contexts, num_draft_tokens,
                           rng: np.random.Generator, mode: str = "sampling", iid: bool = False,
                           tables: ChainTables | None = None) -> ChainBatch:
-    """Many full-vocabulary chain rounds over per-context tables (Numba, O(log V)/token).
+    """Many full-vocabulary chain rounds over per-context tables (Numba; expected O(1),
+    at most O(log V) per token after the O(C V) `prepare_tables` setup).
 
     Args:
         p_table, q_table: float64 (C, V) target / draft rows per context (or (V,) for
@@ -349,7 +371,6 @@ def simulate_chain_tables(p_table, q_table, contexts, num_draft_tokens,
     accepted = np.empty(rounds, dtype=np.int64)
     tokens = np.empty((rounds, kmax + 1), dtype=np.int64)
     acc = np.empty((rounds, kmax))
-    K.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, t.res_cdf, t.res_prob,
-                         t.p_guide, t.q_guide, t.res_guide, t.row_acc, ctx, k, bool(iid), greedy, t.p_argmax, t.q_argmax,
+    K.chain_table_kernel(*t.kernel_tables(), ctx, k, bool(iid), greedy,
                          u_draft, u_accept, u_final, accepted, tokens, acc)
     return ChainBatch(accepted, k, tokens, acc, ctx)

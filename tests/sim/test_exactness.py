@@ -84,16 +84,19 @@ def test_negative_control_correction_from_p_is_detected():
     rng = np.random.default_rng(1)
     u = rng.random((rounds, k)), rng.random((rounds, k)), rng.random(rounds)
     outs = []
-    right = (t.res_cdf, t.res_prob, t.res_guide)
-    wrong = (t.p_cdf, t.p_table, t.p_guide)
-    for res_cdf, res_prob, res_guide in (right, wrong):
+    # the wrong kernel's residual rows are those of p (tables and sampling blocks)
+    wrong_blocks, wrong_guide = t.blocks.copy(), t.guide.copy()
+    wrong_blocks[K.RESIDUAL], wrong_guide[K.RESIDUAL] = t.blocks[K.TARGET], t.guide[K.TARGET]
+    right = (t.res_cdf, t.res_prob, t.blocks, t.guide)
+    wrong = (t.p_cdf, t.p_table, wrong_blocks, wrong_guide)
+    for res_cdf, res_prob, blocks, guide in (right, wrong):
         accepted = np.empty(rounds, np.int64)
         tokens = np.empty((rounds, k + 1), np.int64)
         acc = np.empty((rounds, k))
         K.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, res_cdf, res_prob,
-                             t.p_guide, t.q_guide, res_guide, t.row_acc,
+                             t.row_acc, t.p_argmax, t.q_argmax, blocks, guide,
                              np.zeros(rounds, np.int64), np.full(rounds, k, np.int64), True, False,
-                             t.p_argmax, t.q_argmax, *u, accepted, tokens, acc)
+                             *u, accepted, tokens, acc)
         outs.append(chi_square_pvalue(tokens[tokens >= 0], p))
     assert outs[0] > ALPHA
     assert outs[1] < ALPHA

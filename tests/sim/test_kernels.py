@@ -35,7 +35,40 @@ def test_chain_table_kernel_matches_reference(seed, kmax, iid, greedy, tables):
     rng = np.random.default_rng(seed)
     t = prepare_tables(*tables)
     C = t.num_contexts
-    rounds = 60
+    rounds = 2 * K.ROUND_BLOCK + 13  # several round blocks, the last one partial
+    ctx = rng.integers(C, size=rounds)
+    k = rng.integers(0, kmax + 1, size=rounds)
+    u = rng.random((rounds, kmax)), rng.random((rounds, kmax)), rng.random(rounds)
+    if kmax:
+        u[0][:5, 0] = [0.0, np.nextafter(1.0, 0.0), 0.5, 1e-300, 1.0 - 1e-12]
+    u[2][:5] = [0.0, np.nextafter(1.0, 0.0), 0.5, 1e-300, 1.0 - 1e-12]
+    outs = []
+    for impl in (K, R):
+        out = (np.empty(rounds, np.int64), np.empty((rounds, kmax + 1), np.int64),
+               np.empty((rounds, kmax)))
+        impl.chain_table_kernel(*t.kernel_tables(), ctx, k, iid, greedy, *u, *out)
+        outs.append(out)
+    for a, b in zip(*outs):
+        np.testing.assert_array_equal(a, b)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**31), vocab=st.integers(2, 400), zeros=st.floats(0.0, 0.95),
+       concentration=st.sampled_from([0.01, 0.3, 3.0]))
+def test_chain_table_kernel_matches_reference_large_vocab(seed, vocab, zeros, concentration):
+    """Rows with many zero or tiny entries (draws that leave their start line, run
+    into the padding, or need the whole-row fallback), several contexts, correlated
+    positions."""
+    rng = np.random.default_rng(seed)
+    C = 3
+    tables = []
+    for _ in range(2):
+        rows = rng.dirichlet(np.full(vocab, concentration), size=C)
+        rows[rng.random((C, vocab)) < zeros] = 0.0
+        rows[rows.sum(axis=1) == 0, 0] = 1.0
+        tables.append(rows / rows.sum(axis=1, keepdims=True))
+    t = prepare_tables(*tables)
+    rounds, kmax = 300, 5
     ctx = rng.integers(C, size=rounds)
     k = rng.integers(0, kmax + 1, size=rounds)
     u = rng.random((rounds, kmax)), rng.random((rounds, kmax)), rng.random(rounds)
@@ -43,8 +76,7 @@ def test_chain_table_kernel_matches_reference(seed, kmax, iid, greedy, tables):
     for impl in (K, R):
         out = (np.empty(rounds, np.int64), np.empty((rounds, kmax + 1), np.int64),
                np.empty((rounds, kmax)))
-        impl.chain_table_kernel(t.p_table, t.q_table, t.p_cdf, t.q_cdf, t.res_cdf, t.res_prob,
-                                t.p_guide, t.q_guide, t.res_guide, t.row_acc, ctx, k, iid, greedy, t.p_argmax, t.q_argmax, *u, *out)
+        impl.chain_table_kernel(*t.kernel_tables(), ctx, k, False, False, *u, *out)
         outs.append(out)
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)
@@ -101,26 +133,79 @@ def test_tree_kernel_matches_reference(proposal, greedy, seed, iid, tables):
     np.testing.assert_array_equal(outs[0][1], outs[1][1])
 
 
+def _one_row_tables(probs):
+    """prepare_tables for q = probs (p = probs too): rows DRAFT, TARGET of context 0."""
+    return prepare_tables(probs, probs)
+
+
 def test_sample_cdf_never_returns_zero_probability_tokens():
     probs = np.array([0.0, 0.5, 0.0, 0.5, 0.0])
     cdf = np.cumsum(probs)
-    guide = K.guide_table(cdf[None, :])[0]
+    t = _one_row_tables(probs)
     for u in (0.0, 0.25, 0.5, 0.75, np.nextafter(1.0, 0.0)):
         i = K._sample_cdf(cdf, probs, u)
         assert probs[i] > 0 and i == R._sample_cdf(cdf, probs, u)
-        assert K._sample_guided(cdf, guide, probs, u) == i
+        for d in (K.DRAFT, K.TARGET):
+            assert K._sample_blocked(t.blocks, t.guide, d, 0, t.q_table, u) == i
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**31), vocab=st.integers(2, 300), zeros=st.floats(0.0, 0.9))
-def test_guided_search_equals_plain_binary_search(seed, vocab, zeros):
+def test_sampling_tables_hold_the_plain_cumulative_sums():
+    """The kernel's tables are built in one Numba pass; the CDFs the reference
+    searches are exactly ``np.cumsum`` of the rows and the blocks hold copies."""
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.full(37, 0.4), size=(2, 3))
+    p[0, :5] = 0.0
+    p /= p.sum(axis=1, keepdims=True)
+    t = prepare_tables(p, q)
+    res = np.maximum(p - q, 0.0)
+    for got, want in ((t.p_cdf, np.cumsum(p, axis=1)), (t.q_cdf, np.cumsum(q, axis=1)),
+                      (t.res_prob, res), (t.res_cdf, np.cumsum(res, axis=1))):
+        np.testing.assert_array_equal(got, want)
+    V = p.shape[1]
+    line = K.LINE
+    padded = np.arange(V + 1)
+    at = (padded // line) * 2 * line + padded % line
+    for d, cdf, values in ((K.DRAFT, t.q_cdf, np.where(q > 0, p / np.where(q > 0, q, 1), 0)),
+                           (K.TARGET, t.p_cdf, p), (K.RESIDUAL, t.res_cdf, res)):
+        np.testing.assert_array_equal(t.blocks[d][:, at[1:]], cdf)
+        np.testing.assert_array_equal(t.blocks[d][:, at[1:] + line], values)
+        assert (t.blocks[d][:, 0] == 0).all()
+        assert np.isinf(t.blocks[d][:, (V + 1) // line * 2 * line + (V + 1) % line]).all()
+    assert t.blocks.ctypes.data % 128 == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), vocab=st.integers(2, 300), zeros=st.floats(0.0, 0.95),
+       tiny=st.booleans())
+def test_blocked_sampling_equals_plain_binary_search(seed, vocab, zeros, tiny):
     rng = np.random.default_rng(seed)
     probs = rng.dirichlet(np.full(vocab, 0.3))
     probs[rng.random(vocab) < zeros] = 0.0
+    if tiny:  # entries far below the rounding of the running sum
+        probs[rng.random(vocab) < 0.3] = 1e-300
     if probs.sum() == 0:
         probs[0] = 1.0
+    probs /= probs.sum()
     cdf = np.cumsum(probs)
-    guide = K.guide_table(cdf[None, :])[0]
-    u = np.concatenate([rng.random(200), [0.0, np.nextafter(1.0, 0.0)]])
+    t = _one_row_tables(probs)
+    u = np.concatenate([rng.random(300), [0.0, np.nextafter(1.0, 0.0), 1e-300, 0.5]])
+    u = np.concatenate([u, cdf[:50] / cdf[-1], np.nextafter(cdf[:50] / cdf[-1], 0.0)])
+    u = u[u < 1.0]
     for value in u:
-        assert K._sample_guided(cdf, guide, probs, value) == K._sample_cdf(cdf, probs, value)
+        want = K._sample_cdf(cdf, probs, value)
+        assert K._sample_blocked(t.blocks, t.guide, K.DRAFT, 0, t.q_table, value) == want
+
+
+def test_blocked_sampling_with_a_wrong_start_still_finds_the_token():
+    """The guide only gives a start line: any start (too early, too late, past the
+    end) still returns the inverse-CDF index (whole-row fallback)."""
+    rng = np.random.default_rng(3)
+    probs = rng.dirichlet(np.full(100, 0.2))
+    cdf = np.cumsum(probs)
+    t = _one_row_tables(probs)
+    total = cdf[-1]
+    for value in rng.random(200):
+        want = K._sample_cdf(cdf, probs, value)
+        for line in (0, 3, (100 + 1) // K.LINE):
+            got = K._find_in_blocks(t.blocks, K.DRAFT, 0, line, value * total, 100)
+            assert got == want
