@@ -186,6 +186,16 @@ def test_verify_greedy_equals_verify_tree():
         verify_greedy([1], [2], [-1], torch.Generator())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_indices_break_ties_like_argmax(dtype):
+    """The decoder's greedy path takes ``max(-1).indices`` (cheaper) where
+    `processed_probs` takes ``argmax``: both must pick the first maximal id."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        logits = torch.randint(0, 4, (9, 49152), generator=gen).to(dtype)  # many ties
+        assert torch.equal(logits.float().max(-1).indices, logits.float().argmax(-1))
+
+
 # -- lossless greedy on tiny models ------------------------------------------------------------
 VOCAB = 12
 
