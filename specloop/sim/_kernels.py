@@ -57,7 +57,8 @@ def sampling_table_shapes(num_contexts: int, vocab_size: int):
 @nb.njit(cache=True, nogil=True, boundscheck=False)
 def build_sampling_tables(p_table, q_table, p_cdf, q_cdf, res_prob, res_cdf, blocks, guide):
     """Fill the tables of `chain_table_kernel` (O(V) per context and distribution: one
-    sweep for the sums, residual, ratios and blocks, one merge walk for the guides).
+    sweep for the sums, residual, ratios, blocks and guide counts, one prefix sum per
+    guide row).
 
     Args:
         p_table, q_table: float64 (C, V) target / draft rows (non-negative).
@@ -73,16 +74,33 @@ def build_sampling_tables(p_table, q_table, p_cdf, q_cdf, res_prob, res_cdf, blo
             q(i) = 0) for the draft row, p(i) for the target row, the residual for the
             residual row (value[0] = 0). A 128-byte pair of lines thus holds the CDF
             entries around a draft token and its acceptance ratio.
-        guide: int32 (3, C, V + 1) output: guide[d, c, j] = min(smallest i with
-            cdf[i] > (j / V) * cdf[V - 1], V - 1) (Chen and Asau 1974), so a draw with
-            uniform u starts at the line of token guide[floor(u V)].
+        guide: int32 (3, C, V + 1) output: guide[d, c, j] = min(#{i : cdf[i] <= j s},
+            V - 1) with s = cdf[V - 1] / V, i.e. (up to the rounding of cdf[i] / s) the
+            smallest i with cdf[i] > j s (Chen and Asau 1974): a draw with uniform u
+            starts at the line of token guide[floor(u V)]. Only a starting point: the
+            kernel verifies every draw against the CDF entries, so rounding here can
+            cost time but never change a token.
     """
     num_contexts, V = p_table.shape
-    width = blocks.shape[2]
+    half = blocks.shape[2] // 2  # padded entries per row
+    counts = np.empty((3, V + 2), dtype=np.int64)
     for c in range(num_contexts):
+        ap = 0.0
+        aq = 0.0
+        ar = 0.0
+        for i in range(V):
+            ap += p_table[c, i]
+            aq += q_table[c, i]
+            r = p_table[c, i] - q_table[c, i]
+            ar += r if r > 0.0 else 0.0
+        totals = (aq, ap, ar)
         for d in range(3):
             blocks[d, c, 0] = 0.0
             blocks[d, c, LINE] = 0.0
+            counts[d, :] = 0
+        scale_q = V / aq if aq > 0.0 else 0.0
+        scale_p = V / ap if ap > 0.0 else 0.0
+        scale_r = V / ar if ar > 0.0 else 0.0
         ap = 0.0
         aq = 0.0
         ar = 0.0
@@ -99,27 +117,34 @@ def build_sampling_tables(p_table, q_table, p_cdf, q_cdf, res_prob, res_cdf, blo
             res_prob[c, i] = r
             res_cdf[c, i] = ar
             k = i + 1
-            at = (k // LINE) * 2 * LINE + (k % LINE)
+            at = (k >> 3) * 2 * LINE + (k & 7)
             blocks[DRAFT, c, at] = aq
             blocks[DRAFT, c, at + LINE] = p / q if q > 0.0 else 0.0
             blocks[TARGET, c, at] = ap
             blocks[TARGET, c, at + LINE] = p
             blocks[RESIDUAL, c, at] = ar
             blocks[RESIDUAL, c, at + LINE] = r
-        for k in range(V + 1, width // 2):
-            at = (k // LINE) * 2 * LINE + (k % LINE)
+            # guide counts: cdf[i] <= j s  <=>  j >= ceil(cdf[i] / s)
+            jq = np.int64(math.ceil(aq * scale_q))
+            jp = np.int64(math.ceil(ap * scale_p))
+            jr = np.int64(math.ceil(ar * scale_r))
+            counts[DRAFT, jq if jq <= V else V + 1] += 1
+            counts[TARGET, jp if jp <= V else V + 1] += 1
+            counts[RESIDUAL, jr if jr <= V else V + 1] += 1
+        for k in range(V + 1, half):
+            at = (k >> 3) * 2 * LINE + (k & 7)
             for d in range(3):
                 blocks[d, c, at] = np.inf
                 blocks[d, c, at + LINE] = 0.0
         for d in range(3):
-            cdf = q_cdf if d == DRAFT else (p_cdf if d == TARGET else res_cdf)
-            total = cdf[c, V - 1]
-            i = 0
-            for j in range(V + 1):
-                threshold = (j / V) * total
-                while i < V and cdf[c, i] <= threshold:
-                    i += 1
-                guide[d, c, j] = i if i < V else V - 1
+            if totals[d] > 0.0:
+                run = 0
+                for j in range(V + 1):
+                    run += counts[d, j]
+                    guide[d, c, j] = run if run < V else V - 1
+            else:  # all-zero row (a residual when p == q): every cdf[i] <= j s
+                for j in range(V + 1):
+                    guide[d, c, j] = V - 1
 
 
 @intrinsic

@@ -172,6 +172,13 @@ def test_sampling_tables_hold_the_plain_cumulative_sums():
         assert (t.blocks[d][:, 0] == 0).all()
         assert np.isinf(t.blocks[d][:, (V + 1) // line * 2 * line + (V + 1) % line]).all()
     assert t.blocks.ctypes.data % 128 == 0
+    # the guide (only a starting point for the draws) is the Chen-Asau table
+    for d, cdf in ((K.DRAFT, t.q_cdf), (K.TARGET, t.p_cdf), (K.RESIDUAL, t.res_cdf)):
+        for c in range(cdf.shape[0]):
+            steps = np.arange(V + 1) * (cdf[c, -1] / V)
+            want = np.minimum(np.searchsorted(cdf[c], steps, side="right"), V - 1)
+            assert np.abs(t.guide[d, c].astype(np.int64) - want).max() <= 1
+            assert (np.diff(t.guide[d, c]) >= 0).all()
 
 
 @settings(max_examples=40, deadline=None)
