@@ -11,12 +11,12 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
 * ``specloop-greedy``      our decoder with k = 0 (plain decoding through our code path)
 * ``specloop-ngram-chain`` / ``specloop-ngram-tree``  n-gram drafts, chain and a trie
                            of several continuations verified in one forward
-* ``specloop-datastore-chain`` / ``specloop-datastore-tree``  REST-style retrieval
+* ``specloop-datastore-chain`` / ``specloop-datastore-tree-vN``  REST-style retrieval
                            (`drafters.datastore`): continuations of the longest
                            matching suffix in an n-gram index of the target's warm-up
                            corpus, merged with the context's own by count into one
-                           trie of at most ``--datastore-nodes`` nodes (nodes scoring
-                           below ``--datastore-min-score`` are not verified)
+                           trie of at most N nodes (``--datastore-nodes``; nodes
+                           scoring below ``--datastore-min-score`` are not verified)
 * ``specloop-<draft>-chain`` small-LM drafts when ``--draft-model`` is given
 
 for each dtype (float32, bfloat16): tokens/s (new tokens / seconds, prefill
@@ -108,9 +108,10 @@ def _methods(target, args) -> dict:
         chain = DatastoreDrafter(index, min_score=args.datastore_min_score)
         tree = DatastoreDrafter(index, min_score=args.datastore_min_score)
         methods["specloop-datastore-chain"] = _spec_runner(target, chain, FixedDraftPolicy(args.k))
-        methods["specloop-datastore-tree"] = _spec_runner(target, tree, FixedDraftPolicy(
-            args.tree_depth, parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
-                                              + f",v={args.datastore_nodes}")))
+        for nodes in args.datastore_nodes:
+            methods[f"specloop-datastore-tree-v{nodes}"] = _spec_runner(target, tree, FixedDraftPolicy(
+                args.tree_depth, parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
+                                                  + f",v={nodes}")))
     if args.draft_model:
         drafter = make_small_lm_drafter(target, args.draft_model, dtype=args.current_dtype)
         methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.k))
@@ -211,7 +212,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tree-nodes", type=int, default=24, help="verify size cap of the n-gram tree")
     parser.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=True,
                         help="run the n-gram datastore drafter rows (index cached under ~/.cache/specloop)")
-    parser.add_argument("--datastore-nodes", type=int, default=24, help="node budget of the datastore tree")
+    parser.add_argument("--datastore-nodes", default="8,16",
+                        help="node budgets (verification sizes) of the datastore trees, one row each")
     parser.add_argument("--datastore-min-score", type=float, default=0.0,
                         help="datastore nodes scoring below this are not verified")
     parser.add_argument("--lookup-tokens", default="3,10", help="HF prompt_lookup_num_tokens settings")
@@ -224,6 +226,7 @@ def main(argv=None) -> int:
     if args.quick:
         args.prompts, args.repeats, args.max_new_tokens, args.verify_repeats = 2, 1, 48, 2
     args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
+    args.datastore_nodes = [int(x) for x in str(args.datastore_nodes).split(",") if x]
     import torch
     import transformers
     from specloop.realmodels.loading import load_model

@@ -553,7 +553,9 @@ def load_or_build_index(loaded, target: str, *, total_tokens: int = 1_200_000, i
 
     The cache is keyed by the corpus fingerprint (and the chat responses' digest),
     so a changed corpus is re-indexed. Loading a cached index takes milliseconds;
-    building one from a cached corpus about a second.
+    building one from a cached corpus about a second; a missing corpus is first
+    built with `build_corpus` and saved where the feature pipeline keeps it
+    (minutes: it tokenises about 1.2M tokens).
 
     Args:
         loaded: the target `LoadedModel` (its tokenizer builds a missing corpus).
