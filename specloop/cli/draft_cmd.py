@@ -37,6 +37,9 @@ def register(subparsers) -> None:
     train.add_argument("--vocab-size", type=int, default=None, help="reduced draft vocabulary (0 = auto)")
     train.add_argument("--lr", type=float, default=None)
     train.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
+    train.add_argument("--init-from", default=None,
+                       help="continue training a saved draft of the same kind: a draft folder, or 'pretrained' "
+                            "for the copy shipped in the package (its reduced vocabulary is kept)")
     train.add_argument("--quick", action="store_true", help="small cache and few steps (minutes)")
     train.add_argument("--out", default=None, help="draft folder (default: the draft cache)")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -55,13 +58,37 @@ def _train_config(args):
     values = dict(QUICK) if args.quick else {}
     for key, attr in (("tokens", "tokens"), ("steps", "steps"), ("batch_size", "batch_size"),
                       ("window", "window"), ("ttt_steps", "ttt_steps"), ("draft_vocab_size", "vocab_size"),
-                      ("lr", "lr"), ("time_limit_s", "time_limit")):
+                      ("lr", "lr"), ("time_limit_s", "time_limit"), ("init_from", "init_from")):
         if getattr(args, attr) is not None:
             values[key] = getattr(args, attr)
     if args.quick:
         values["feature_root"] = str(features_root(f"{args.target}-quick"))
         values["quick"] = True
+    if values.get("init_from") == "pretrained":
+        values["init_from"] = _pretrained_folder(args.target, args.kind)
     return TrainConfig(target=args.target, kind=args.kind, out_dir=args.out, **values)
+
+
+def _pretrained_folder(target: str, kind: str) -> str:
+    """A draft folder (``draft.safetensors`` + ``draft.json``) holding the package's
+    shipped copy of (target, kind), so training can continue from it.
+
+    Raises:
+        FileNotFoundError: the package ships no draft of this kind for this target.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from specloop.realmodels.heads.common import pretrained_path
+    shipped = pretrained_path(target, kind)
+    if not (shipped.is_file() and shipped.with_suffix(".json").is_file()):
+        raise FileNotFoundError(f"the package ships no {kind!r} draft for {target!r} ({shipped}); "
+                                "train one first or pass a draft folder to --init-from")
+    folder = Path(tempfile.mkdtemp(prefix=f"specloop-init-{kind}-"))
+    shutil.copyfile(shipped, folder / "draft.safetensors")
+    shutil.copyfile(shipped.with_suffix(".json"), folder / "draft.json")
+    return str(folder)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -202,3 +202,28 @@ def test_frozen_lm_head_stays_the_targets_rows(setup):
     assert torch.equal(heads.lm_head.proj.weight, before)
     assert torch.equal(before, model.lm_head.weight[heads.lm_head.draft_to_target])
     assert not torch.equal(heads.heads[0].in_proj.weight, first)
+
+
+def test_training_continues_from_a_saved_draft_and_keeps_its_vocabulary(tmp_path):
+    """``init_from`` (``specloop draft train --init-from``) starts from the saved
+    weights and keeps the saved reduced vocabulary even when another size is asked."""
+    from safetensors.torch import load_file
+
+    from specloop.realmodels.training.trainer import TrainConfig, get_trainer
+    from tests.realmodels.heads_b_util import registered_roundtrip
+    _, first, target = registered_roundtrip("hydra", tmp_path)
+    config = TrainConfig(target="tiny", kind="hydra", steps=1, batch_size=2, window=17, lr=1e-12,
+                         draft_vocab_size=32, quick=True, feature_root=str(tmp_path / "features"),
+                         out_dir=str(tmp_path / "continued"), init_from=first["path"])
+    second = get_trainer("hydra")(config, loaded=target, progress=False)
+    assert second["draft_vocab_size"] == 64
+    saved = load_file(str(tmp_path / "hydra" / "draft.safetensors"))
+    continued = load_file(str(tmp_path / "continued" / "draft.safetensors"))
+    assert saved.keys() == continued.keys()
+    for name, tensor in saved.items():
+        torch.testing.assert_close(continued[name], tensor, rtol=0, atol=1e-6)
+    with pytest.raises(FileNotFoundError, match="draft train"):
+        get_trainer("hydra")(TrainConfig(target="tiny", kind="hydra", steps=1, batch_size=2, window=17,
+                                         quick=True, feature_root=str(tmp_path / "features"),
+                                         out_dir=str(tmp_path / "x"), init_from=str(tmp_path / "none")),
+                             loaded=target, progress=False)

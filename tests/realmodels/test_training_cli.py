@@ -21,6 +21,18 @@ def test_draft_train_arguments_map_to_train_config():
     assert quick.quick and quick.feature_root.endswith("smollm2-135m-quick") and quick.steps < cfg.steps * 100
 
 
+def test_init_from_pretrained_names_a_folder_with_the_shipped_draft():
+    from pathlib import Path
+
+    from specloop.cli.draft_cmd import _train_config
+    from specloop.realmodels.heads.common import find_draft, pretrained_path
+    cfg = _train_config(build_parser().parse_args(["draft", "train", "--kind", "hydra", "--init-from", "pretrained"]))
+    found = find_draft("smollm2-135m", "hydra", cfg.init_from)
+    assert found == Path(cfg.init_from) / "draft.safetensors"
+    assert found.read_bytes() == pretrained_path("smollm2-135m", "hydra").read_bytes()
+    assert main(["draft", "train", "--kind", "hydra", "--target", "no-such-target", "--init-from", "pretrained"]) == 2
+
+
 def test_draft_train_rejects_unknown_kind_and_bad_values(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["draft", "train", "--kind", "nope"])

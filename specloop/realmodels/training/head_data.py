@@ -198,6 +198,20 @@ def loop_config_for(config, batch_size: int, quick_eval_every: int = 0):
                       autocast=bool(getattr(config, "bf16_autocast", False)))
 
 
+def _init_state(config, kind: str) -> dict | None:
+    """The state dict of the saved draft named by ``config.init_from`` (a draft folder,
+    see `specloop.realmodels.heads.common.find_draft`), or None when training fresh.
+
+    Raises:
+        FileNotFoundError: ``init_from`` names no saved draft of this kind.
+    """
+    if not getattr(config, "init_from", None):
+        return None
+    from specloop.realmodels.heads.common import load_draft
+    tensors, _ = load_draft(config.target, kind, config.init_from)
+    return tensors
+
+
 def train_registered(config, kind: str, loaded, progress: bool, build, train_fn, loss_cfg) -> dict:
     """The common body of ``specloop draft train --kind medusa|hydra|small-lm``.
 
@@ -222,8 +236,17 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
     torch.manual_seed(config.seed)
     loaded = loaded_target(config, loaded)
     train_parts, val_part = open_training_parts(config, loaded, progress)
-    vocab, val_top1 = reduced_vocab_for(config, train_parts, val_part, loaded.model.config)
+    init = _init_state(config, kind)
+    if init is None:
+        vocab, val_top1 = reduced_vocab_for(config, train_parts, val_part, loaded.model.config)
+    else:   # continue from a saved draft: keep its reduced vocabulary
+        from specloop.realmodels.heads.common import ReducedVocab
+        d2t = next(v for k, v in init.items() if k.endswith("draft_to_target") or k == "d2t")
+        vocab = ReducedVocab(d2t.long(), int(loaded.model.config.vocab_size))
+        val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
     module, batch_size = build(loaded.model, vocab.d2t)
+    if init is not None:
+        module.load_state_dict(init, strict=True)
     loop = loop_config_for(config, batch_size)
     folder = Path(config.out_dir) if config.out_dir else draft_dir(config.target, kind)
     train_only = {k: v for k, v in loss_cfg.to_dict().items() if not k.startswith("eval")}

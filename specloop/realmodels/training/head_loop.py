@@ -59,10 +59,12 @@ class LoopConfig:
         return asdict(self)
 
 
-def _lr_at(step: int, cfg: LoopConfig) -> float:
+def _lr_at(step: int, cfg: LoopConfig, time_frac: float = 0.0) -> float:
+    """Linear warm-up, then cosine decay to 0.1 x lr over the steps or over the
+    wall-clock budget (``time_frac`` = elapsed / ``max_seconds``), whichever ends first."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    frac = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    frac = max((step - cfg.warmup) / max(1, cfg.steps - cfg.warmup), time_frac)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
 
@@ -113,8 +115,10 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[np.random.Generator], tu
     while step < cfg.steps:
         if cfg.max_seconds is not None and time.perf_counter() - t0 >= cfg.max_seconds:
             break
+        elapsed = time.perf_counter() - t0
+        time_frac = 0.0 if cfg.max_seconds is None else elapsed / cfg.max_seconds
         for group in opt.param_groups:
-            group["lr"] = _lr_at(step, cfg)
+            group["lr"] = _lr_at(step, cfg, time_frac)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.autocast):
             loss, metrics = loss_fn(rng)
         opt.zero_grad(set_to_none=True)
