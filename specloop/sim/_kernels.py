@@ -117,7 +117,7 @@ def build_sampling_tables(p_table, q_table, p_cdf, q_cdf, res_prob, res_cdf, blo
             res_prob[c, i] = r
             res_cdf[c, i] = ar
             k = i + 1
-            at = (k >> 3) * 2 * LINE + (k & 7)
+            at = (k // LINE) * 2 * LINE + k % LINE
             blocks[DRAFT, c, at] = aq
             blocks[DRAFT, c, at + LINE] = p / q if q > 0.0 else 0.0
             blocks[TARGET, c, at] = ap
@@ -132,7 +132,7 @@ def build_sampling_tables(p_table, q_table, p_cdf, q_cdf, res_prob, res_cdf, blo
             counts[TARGET, jp if jp <= V else V + 1] += 1
             counts[RESIDUAL, jr if jr <= V else V + 1] += 1
         for k in range(V + 1, half):
-            at = (k >> 3) * 2 * LINE + (k & 7)
+            at = (k // LINE) * 2 * LINE + k % LINE
             for d in range(3):
                 blocks[d, c, at] = np.inf
                 blocks[d, c, at + LINE] = 0.0
