@@ -283,7 +283,7 @@ class SpeculativeDecoder:
         max_depth = min(int(plan.num_draft_tokens), remaining - 1, room - 1)
         ids_t = torch.tensor(seq, dtype=torch.long, device=self.device)
         if max_depth > 0:
-            request = DraftRequest(ids_t, plan, room - 1, self.sampling, self.generator, round_index)
+            request = DraftRequest(ids_t, plan, room - 1, self.sampling, self.generator, round_index, self.policy)
             proposal = self._clip_proposal(self.drafter.propose(request), max_depth, room - 1)
         else:
             proposal = DraftProposal.empty()

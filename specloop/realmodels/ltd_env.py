@@ -106,7 +106,8 @@ class LTDTreeDrafter:
             return self.base.propose(request)
         cap = max(1, min(int(plan.tree.max_depth), int(plan.num_draft_tokens)))
         full = DraftPlan(cap, TreePlan(top_k=self.config.top_k, max_depth=cap))
-        proposal = self.base.propose(dataclasses.replace(request, plan=full))
+        # the hooks are applied here, layer by layer, not inside the base drafter
+        proposal = self.base.propose(dataclasses.replace(request, plan=full, policy=None))
         if proposal.size == 0:
             self.last = (0, 0, 0.0)
             return proposal

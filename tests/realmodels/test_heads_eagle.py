@@ -234,3 +234,46 @@ def test_reduced_vocab_maps_both_ways():
                 lambda: ReducedVocab(torch.tensor([1, 1]), 6), lambda: ReducedVocab(torch.tensor([7]), 6)):
         with pytest.raises(ValueError):
             bad()
+
+
+class _HookedPolicy(FixedDraftPolicy):
+    """A policy (chain of 6, or an EAGLE-2 tree of depth cap 6) whose hooks stop
+    drafting at ``stop_depth`` and verify ``size`` nodes, recording every DraftStep /
+    TreeCandidates it is shown."""
+
+    def __init__(self, stop_depth: int, size: int, chain: bool):
+        super().__init__(6, tree=None if chain else TreePlan(top_k=3, max_depth=6))
+        self.stop_depth, self.size, self.steps, self.trees = stop_depth, size, [], []
+
+    def continue_drafting(self, step) -> bool:
+        self.steps.append(step)
+        return step.depth < self.stop_depth
+
+    def verify_size(self, candidates) -> int:
+        self.trees.append(candidates)
+        return self.size
+
+
+@pytest.mark.parametrize("chain", [False, True])
+def test_policy_hooks_set_depth_and_verification_size_and_stay_exact(trained, tiny, chain):
+    """The decoder hands its policy to the drafter, which asks ``continue_drafting``
+    after every draft step and ``verify_size`` after drafting a tree (DraftPolicy's
+    optional hooks, the interface LTD's depth and size policies use)."""
+    folder, _ = trained["eagle3"]
+    drafter = load_eagle_drafter(tiny, "eagle3", folder=folder, train_if_missing=False, progress=False)
+    policy = _HookedPolicy(stop_depth=3 if chain else 2, size=4, chain=chain)
+    decoder = SpeculativeDecoder(tiny, drafter, policy=policy, eos_token_id=-1)
+    prompt = [int(x) for x in _stream(12, 7)]
+    result = decoder.generate(prompt, max_new_tokens=24)
+    assert result.new_tokens == _plain_greedy(tiny.model, prompt, 24)
+    assert policy.steps and max(s.depth for s in policy.steps) <= policy.stop_depth
+    for step in policy.steps:
+        assert step.context_length >= len(prompt) and 0.0 <= step.max_prob <= 1.0
+        assert np.all(np.diff(step.candidate_probs) <= 0) and step.path_prob == step.candidate_probs[0]
+    drafted = [r for r in result.trace if r.num_draft_tokens > 0]
+    assert drafted
+    if chain:
+        assert not policy.trees and max(r.num_draft_tokens for r in drafted) == 3
+    else:
+        assert policy.trees and all(c.depth <= 2 and 1 <= c.node_probs.size <= 3 + 9 for c in policy.trees)
+        assert max(r.num_draft_tokens for r in drafted) == 4 and max(r.tree_depth for r in drafted) <= 2

@@ -227,3 +227,34 @@ def test_training_continues_from_a_saved_draft_and_keeps_its_vocabulary(tmp_path
                                          quick=True, feature_root=str(tmp_path / "features"),
                                          out_dir=str(tmp_path / "x"), init_from=str(tmp_path / "none")),
                              loaded=target, progress=False)
+
+
+class _StopAtTwoVerifyFive(FixedDraftPolicy):
+    """Tree policy whose optional hooks stop drafting at depth 2 and verify 5 nodes."""
+
+    def __init__(self):
+        super().__init__(4, TreePlan(top_k=3, max_depth=4))
+        self.depths, self.sizes = [], []
+
+    def continue_drafting(self, step) -> bool:
+        self.depths.append(step.depth)
+        return step.depth < 2
+
+    def verify_size(self, candidates) -> int:
+        self.sizes.append(candidates.node_probs.size)
+        return 5
+
+
+def test_tree_drafting_honours_the_policy_hooks(setup, trained):
+    model, *_ = setup
+    heads, *_ = trained
+    target = LoadedModel(model, None, "tiny", "test")
+    prompt = token_stream(20, 5).tolist()
+    policy = _StopAtTwoVerifyFive()
+    plain = SpeculativeDecoder(target, HydraDrafter(heads), policy=FixedDraftPolicy(0),
+                               eos_token_id=NO_EOS).generate(prompt, 30)
+    spec = SpeculativeDecoder(target, HydraDrafter(heads), policy=policy, eos_token_id=NO_EOS).generate(prompt, 30)
+    assert spec.new_tokens == plain.new_tokens
+    assert set(policy.depths) == {1, 2} and policy.sizes and max(policy.sizes) <= 6
+    drafted = [r for r in spec.trace if r.num_draft_tokens]
+    assert max(r.num_draft_tokens for r in drafted) == 5 and max(r.tree_depth for r in drafted) == 2

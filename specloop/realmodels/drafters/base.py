@@ -50,14 +50,16 @@ and reports ``q_draft=None``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from specloop.realmodels.sampling import SamplingConfig
-from specloop.strategies.base import DraftPlan
+from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates
 
-__all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter"]
+__all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter",
+           "policy_continues", "policy_verify_size"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,12 @@ class DraftRequest:
         generator: the decoder's torch.Generator; the only randomness a drafter may
             use, so that a seeded run is reproducible.
         round_index: round t within the current prompt (0-based).
+        policy: the decoder's `DraftPolicy`, for its optional hooks
+            (``continue_drafting(DraftStep) -> bool`` after each draft step,
+            ``verify_size(TreeCandidates) -> int`` after a tree is drafted; see
+            `specloop.strategies.base.DraftPolicy`); None = no hooks. Drafters that
+            draft step by step call them through `policy_continues` /
+            `policy_verify_size`.
     """
 
     ids: torch.Tensor
@@ -86,6 +94,7 @@ class DraftRequest:
     sampling: SamplingConfig
     generator: torch.Generator
     round_index: int = 0
+    policy: Any = None
 
     @property
     def context_length(self) -> int:
@@ -260,3 +269,55 @@ class BaseDrafter:
 
     def parameters(self) -> list[torch.Tensor]:
         return []
+
+
+def policy_continues(request: DraftRequest, depth: int, layer_probs: np.ndarray, parent_best: float) -> bool:
+    """Ask the policy's optional ``continue_drafting`` hook after draft step ``depth``.
+
+    Args:
+        request: the round's request (``request.policy`` may be None or lack the hook).
+        depth: tokens drafted so far along the chain / tree depth D (>= 1).
+        layer_probs: float64 (n,), cumulative draft probabilities of the candidates
+            drafted at this depth (any order; sorted descending here).
+        parent_best: cumulative draft probability of the best node one level up
+            (1.0 at depth 1), so ``max_prob`` is the best candidate's conditional
+            draft probability.
+
+    Returns:
+        The hook's answer, or True when there is no hook (draft to the plan's cap).
+
+    Source: the ``continue_drafting(DraftStep)`` contract of
+    `specloop.strategies.base.DraftPolicy` (LTD's depth policy, ConfidenceStop).
+    """
+    hook = getattr(request.policy, "continue_drafting", None)
+    if hook is None:
+        return True
+    layer = np.sort(np.asarray(layer_probs, dtype=np.float64))[::-1].copy()
+    best = float(layer[0]) if layer.size else 0.0
+    cond = min(1.0, best / max(float(parent_best), 1e-300))
+    return bool(hook(DraftStep(int(depth), request.context_length, layer, best, cond)))
+
+
+def policy_verify_size(request: DraftRequest, depth: int, node_probs: np.ndarray, default: int) -> int:
+    """The verification size V from the policy's optional ``verify_size`` hook.
+
+    Args:
+        request: the round's request.
+        depth: drafted depth D.
+        node_probs: float64 (n,), cumulative draft probability of every drafted node.
+        default: V without a hook (the plan's ``verify_size`` or all nodes).
+
+    Returns:
+        int V in [1, n] (the hook's answer clipped to the drafted nodes), or ``default``.
+
+    Raises:
+        ValueError: the hook returned V < 1.
+    """
+    hook = getattr(request.policy, "verify_size", None)
+    if hook is None:
+        return int(default)
+    probs = np.asarray(node_probs, dtype=np.float64).copy()
+    size = int(hook(TreeCandidates(int(depth), request.context_length, probs)))
+    if size < 1:
+        raise ValueError(f"policy.verify_size returned {size}; it must be >= 1")
+    return min(size, max(1, probs.size))

@@ -18,12 +18,21 @@ mapped back to target ids.
   top_k children. The verified set is the best ``verify_size`` (and ``max_tokens``)
   nodes by cumulative draft log-probability, which is closed under ancestors. Tree
   children are deterministic, so trees are reported with ``q_draft=None``.
+
+Policy hooks (`specloop.strategies.base.DraftPolicy`): after every draft step the
+policy's optional ``continue_drafting(DraftStep)`` may stop drafting before the depth
+cap (LTD's depth policy), and after a tree is drafted its optional
+``verify_size(TreeCandidates)`` sets V (LTD's size policy); see
+`drafters.base.policy_continues` / `policy_verify_size`.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
-from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
+from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback,
+                                              policy_continues, policy_verify_size)
 from specloop.realmodels.heads.common import ReducedVocab
 from specloop.realmodels.heads.eagle import EagleHead
 from specloop.realmodels.sampling import processed_probs, sample_from
@@ -164,7 +173,8 @@ class EagleDrafter(BaseDrafter):
             cums.append(logcum)
             tok = self._d2t[j:j + 1]
             tokens.append(int(tok))
-            if depth == k:
+            if depth == k or not policy_continues(request, depth, [math.exp(logcum)],
+                                                  math.exp(cums[-2]) if depth > 1 else 1.0):
                 break
             pos = torch.tensor([self._cache.length + depth - 1], device=self._device)
             mask = torch.ones(1, node_k.shape[1], dtype=torch.bool, device=self._device)
@@ -200,7 +210,9 @@ class EagleDrafter(BaseDrafter):
                     logcum.append(base + lp)
                     ancestors.append((ancestors[par] | {par}) if par >= 0 else set())
                     new_nodes.append(len(tokens) - 1)
-            if depth == max_depth:
+            parent_best = max(math.exp(logcum[i]) for i in frontier) if frontier[0] >= 0 else 1.0
+            if depth == max_depth or not policy_continues(request, depth, [math.exp(logcum[i]) for i in new_nodes],
+                                                          parent_best):
                 break
             if tree.top_k is not None:
                 new_nodes = sorted(new_nodes, key=lambda i: (-logcum[i], i))[: tree.top_k]
@@ -218,8 +230,8 @@ class EagleDrafter(BaseDrafter):
                 slot[i] = node_k.shape[1] + r
             node_k, node_v = torch.cat([node_k, kk], 1), torch.cat([node_v, vv], 1)
         budget = int(request.max_tokens)
-        if tree.verify_size is not None:
-            budget = min(budget, int(tree.verify_size))
+        drafted = len(tokens) if tree.verify_size is None else int(tree.verify_size)
+        budget = min(budget, policy_verify_size(request, depth, [math.exp(v) for v in logcum], drafted))
         keep = select_nodes(logcum, budget)
         remap = {old: new for new, old in enumerate(keep)}
         device = request.ids.device

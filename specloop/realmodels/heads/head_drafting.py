@@ -18,14 +18,21 @@ Tree children are chosen deterministically (top-b without replacement), so trees
 are reported with ``q_draft=None`` (verified as point masses: lossless for any
 sampling config, see the interface's contract). ``verify_size`` / ``max_tokens``
 keep the best nodes by cumulative draft probability, closed under ancestors.
+
+Policy hooks: the policy's optional ``continue_drafting(DraftStep)`` is asked after
+every draft step (chain and tree) and may stop early; its optional
+``verify_size(TreeCandidates)`` sets V once a tree is drafted (LTD's depth and size
+policies; `drafters.base.policy_continues` / `policy_verify_size`).
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 
-from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
+from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback,
+                                              policy_continues, policy_verify_size)
 from specloop.realmodels.heads.hydra import HydraHeads, ReducedVocabHead
 from specloop.realmodels.heads.medusa import MedusaHeads
 from specloop.realmodels.sampling import processed_probs, sample_from
@@ -39,6 +46,7 @@ def draft_chain(expand: Expand, state: torch.Tensor, pending: int, k: int, reque
                 vocab: ReducedVocabHead) -> DraftProposal:
     """Draft a chain of k tokens; returns q_draft (k, V_target) float32."""
     tokens, rows = [], []
+    path = 1.0                            # cumulative draft probability of the chain so far
     token = torch.tensor([pending], dtype=torch.long, device=state.device)
     for depth in range(k):
         state, logits = expand(state, token, depth)
@@ -50,6 +58,10 @@ def draft_chain(expand: Expand, state: torch.Tensor, pending: int, k: int, reque
         rows.append(probs)
         tokens.append(int(vocab.draft_to_target[tid]))
         token = vocab.draft_to_target[tid].reshape(1)
+        parent_path = path
+        path *= float(probs[tid])
+        if depth + 1 < k and not policy_continues(request, depth + 1, [path], parent_path):
+            break
     if not tokens:
         return DraftProposal.empty(device=request.ids.device)
     q = vocab.to_target_probs(torch.stack(rows)).float().to(request.ids.device)
@@ -67,6 +79,7 @@ def draft_tree(expand: Expand, state: torch.Tensor, pending: int, depth_cap: int
     front_cum = torch.zeros(1, dtype=torch.float64)
     front_tok = torch.tensor([pending], dtype=torch.long, device=state.device)
     states = state
+    drafted_depth = 0
     for depth in range(depth_cap):
         states, logits = expand(states, front_tok, depth)
         logp = torch.log_softmax(logits.double(), -1)           # (B, V_d)
@@ -84,13 +97,18 @@ def draft_tree(expand: Expand, state: torch.Tensor, pending: int, depth_cap: int
             parents.append(frontier[b])
             cum.append(float(cand[flat]))
             new_nodes.append(len(tokens) - 1)
+        drafted_depth = depth + 1
         if len(tokens) >= request.max_tokens and plan.verify_size is None:
+            break
+        parent_best = max(math.exp(cum[i]) for i in frontier) if frontier[0] >= 0 else 1.0
+        if not policy_continues(request, drafted_depth, [math.exp(cum[i]) for i in new_nodes], parent_best):
             break
         frontier = new_nodes
         front_cum = cand[keep]
         states = states[src.to(states.device)]
         front_tok = torch.tensor(tokens[-len(new_nodes):], dtype=torch.long, device=state.device)
-    budget = request.max_tokens if plan.verify_size is None else min(request.max_tokens, plan.verify_size)
+    default = len(tokens) if plan.verify_size is None else int(plan.verify_size)
+    budget = min(request.max_tokens, policy_verify_size(request, drafted_depth, [math.exp(c) for c in cum], default))
     return prune_tree(tokens, parents, cum, budget, request.ids.device)
 
 
