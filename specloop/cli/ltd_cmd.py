@@ -73,6 +73,10 @@ def register(subparsers) -> None:
                     help="(real) only grid-search the static trees and save ltd_grid_real.json under --out")
     ev.add_argument("--reuse-grid", action="store_true",
                     help="(real) reuse --out/ltd_grid_real.json from an earlier --grid-only run")
+    ev.add_argument("--hooks", choices=("native", "emulated"), default="native",
+                    help="(real) native: the drafter itself stops at the depth policy's answer and verifies the "
+                         "size policy's V (all times wall clock); emulated: draft to the cap and charge calibrated "
+                         "layer costs (what the PPO environments do)")
     ev.set_defaults(func=_eval)
 
 

@@ -192,17 +192,24 @@ class RealHarness:
         max_depth: deepest draft level (default config.max_depth, capped by the
             drafter's ``max_depth`` attribute where it has one).
         seed: decoder seed (greedy decoding: the outputs do not depend on it).
+        native: run policies through the drafter's own hooks (the decoder hands the
+            policy to the drafter, which stops drafting when ``continue_drafting``
+            says so and verifies ``verify_size`` nodes): every second is measured
+            wall clock, nothing is calibrated. False = the `LTDTreeDrafter`
+            emulation (draft to the cap, reveal layers, subtract calibrated layer
+            costs), which the PPO environments use.
     """
 
     def __init__(self, target, base, prompts: list, config: LTDConfig, max_new_tokens: int = 64,
-                 max_depth: int | None = None, seed: int = 0):
+                 max_depth: int | None = None, seed: int = 0, native: bool = False):
         if not prompts:
             raise ValueError("RealHarness needs at least one prompt")
         self.target, self.base, self.prompts, self.config = target, base, list(prompts), config
-        self.max_new_tokens, self.seed = int(max_new_tokens), int(seed)
+        self.max_new_tokens, self.seed, self.native = int(max_new_tokens), int(seed), bool(native)
         limit = getattr(base, "max_depth", None)
         self.max_depth = min(config.max_depth, max_depth or config.max_depth, limit or config.max_depth)
-        self.layer_costs = calibrate_layer_costs(base, self._decoder_for, self.prompts[0], config, self.max_depth)
+        self.layer_costs = (np.zeros(self.max_depth + 1) if native else
+                            calibrate_layer_costs(base, self._decoder_for, self.prompts[0], config, self.max_depth))
         self.target_time = self._autoregressive_step_seconds()
 
     def _decoder_for(self, drafter, policy=None):
@@ -218,9 +225,9 @@ class RealHarness:
     def run(self, policy, prompts: list | None = None) -> tuple[Trace, np.ndarray, np.ndarray]:
         """Generate every prompt with ``policy``; returns (trace with corrected draft
         times, depth per round, V per round)."""
-        drafter = LTDTreeDrafter(self.base, policy, self.config, self.layer_costs)
+        drafter = None if self.native else LTDTreeDrafter(self.base, policy, self.config, self.layer_costs)
         wrapped = _AccountingPolicy(policy, self.max_depth, drafter)
-        decoder = self._decoder_for(drafter, wrapped)
+        decoder = self._decoder_for(self.base if drafter is None else drafter, wrapped)
         for index, prompt in enumerate(prompts or self.prompts):
             decoder.generate(prompt, self.max_new_tokens, stream_index=index)
         records = wrapped.records
@@ -234,7 +241,7 @@ class _AccountingPolicy:
     wait, e.g. the env bridge's) from the record's draft time before the policy
     observes it. ``records`` collects the corrected records."""
 
-    def __init__(self, policy, max_depth: int, drafter: LTDTreeDrafter):
+    def __init__(self, policy, max_depth: int, drafter: LTDTreeDrafter | None):
         self.policy, self.max_depth, self.drafter = policy, int(max_depth), drafter
         self.records: list[RoundRecord] = []
 
@@ -252,9 +259,11 @@ class _AccountingPolicy:
         return self.policy.verify_size(candidates)
 
     def observe(self, record: RoundRecord) -> None:
-        depth, _, saved = self.drafter.last
+        depth, saved = 0, 0.0
+        if self.drafter is not None:   # emulated hooks: charge only the layers the policy asked for
+            depth, _, saved = self.drafter.last
+            self.drafter.last = (0, 0, 0.0)
         saved += float(getattr(self.policy, "take_wait", lambda: 0.0)())
-        self.drafter.last = (0, 0, 0.0)
         record = dataclasses.replace(record, draft_time=max(record.draft_time - saved, 0.0),
                                      tree_depth=max(depth, record.tree_depth))
         self.records.append(record)
@@ -422,7 +431,7 @@ def _prompt_ids(target, split: str, count: int) -> list:
     return [torch.tensor(target.tokenizer(p.text)["input_ids"], dtype=torch.long) for p in prompts]
 
 
-def _harness(args, config: LTDConfig, split: str) -> RealHarness:
+def _harness(args, config: LTDConfig, split: str, native: bool = False) -> RealHarness:
     from specloop.realmodels.drafters.registry import make_drafter
     from specloop.realmodels.loading import load_model
 
@@ -430,7 +439,7 @@ def _harness(args, config: LTDConfig, split: str) -> RealHarness:
     target = load_model("smollm2-135m", dtype=args.dtype)
     base = make_drafter(args.drafter or "eagle", target, train_if_missing=False, progress=False)
     return RealHarness(target, base, _prompt_ids(target, split, args.prompts), config, args.max_new_tokens,
-                       seed=args.seed)
+                       seed=args.seed, native=native)
 
 
 def fine_tune(policy, args, config: LTDConfig):
@@ -477,7 +486,7 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
         saved = json.loads(grid_file.read_text())
         best, grid = saved["best"], saved["grid"]
     else:
-        tune = _harness(args, config, "warmup")
+        tune = _harness(args, config, "warmup", native=_native(args))
         depths = [d for d in REAL_GRID_DEPTHS if d <= tune.max_depth]
         best, grid = grid_search(lambda p: tune.run(p), config, depths, [s for s in config.verify_sizes if s >= 4])
         args.out.mkdir(parents=True, exist_ok=True)
@@ -487,7 +496,7 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
         return None, None
     name = args.policy or "ltd-sim"
     ltd = load_policy(name)
-    harness = _harness(args, ltd.config, "heldout")
+    harness = _harness(args, ltd.config, "heldout", native=_native(args))
     best_tps = harness.run(LTDPolicy(ltd.config, static_depth=best["depth"],
                                      static_verify_size=best["verify_size"]))[0].tokens_per_second()
     policies = ablations(ltd, load_optional(variant_name(name, "-independent")), best)
@@ -501,8 +510,14 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     return ({"env": "real", "policy": name, "rows": rows, "best_static": best, "grid": grid,
              "policy_overhead": overhead, "autoregressive_step_s": harness.target_time,
              "layer_costs_s": harness.layer_costs.tolist(), "prompts": args.prompts,
-             "max_new_tokens": args.max_new_tokens, "dtype": args.dtype, "drafter": args.drafter or "eagle"},
+             "max_new_tokens": args.max_new_tokens, "dtype": args.dtype, "drafter": args.drafter or "eagle",
+             "hooks": "native" if harness.native else "emulated"},
             decisions)
+
+
+def _native(args) -> bool:
+    """``ltd eval --env real --hooks native|emulated`` (default native)."""
+    return getattr(args, "hooks", "native") == "native"
 
 
 class _TimedPolicy:

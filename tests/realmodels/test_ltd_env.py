@@ -12,7 +12,8 @@ from gymnasium.utils import env_checker
 from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_step_passive_checker
 
 from specloop.realmodels.decoder import SpeculativeDecoder
-from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
+from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, DraftRequest, policy_continues,
+                                              policy_verify_size)
 from specloop.realmodels.ltd_env import (LTDTreeDrafter, RealHarness, make_real_depth_env, make_real_size_env,
                                          select_subtree)
 from specloop.realmodels.policy import FixedDraftPolicy
@@ -25,7 +26,8 @@ CFG = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
 
 
 class BigramTreeDrafter(BaseDrafter):
-    """EAGLE-2 dynamic tree from a fixed bigram table (deterministic, node_probs set)."""
+    """EAGLE-2 dynamic tree from a fixed bigram table (deterministic, node_probs set),
+    honouring the policy hooks like the real tree drafters."""
 
     name = "bigram-tree"
 
@@ -39,7 +41,7 @@ class BigramTreeDrafter(BaseDrafter):
         k, depth = tree.top_k, min(tree.max_depth, request.plan.num_draft_tokens)
         tokens, parents, probs = [], [], []
         frontier = [(-1, int(request.ids[-1]), 1.0)]
-        for _ in range(depth):
+        for level in range(1, depth + 1):
             layer = []
             for node, tok, p in frontier:
                 top_p, top_t = self.table[tok].topk(k)
@@ -48,8 +50,16 @@ class BigramTreeDrafter(BaseDrafter):
                     parents.append(node)
                     probs.append(p * q)
                     layer.append((len(tokens) - 1, t, p * q))
+            parent_best = max(p for _, _, p in frontier)
             frontier = sorted(layer, key=lambda x: -x[2])[:k]
-        return DraftProposal(torch.tensor(tokens), torch.tensor(parents), None, torch.tensor(probs))
+            if not policy_continues(request, level, [p for _, _, p in layer], parent_best):
+                break
+        size = policy_verify_size(request, level, probs, len(tokens))
+        keep = np.sort(np.argsort(-np.asarray(probs), kind="stable")[:size])
+        remap = {int(old): new for new, old in enumerate(keep)}
+        return DraftProposal(torch.tensor([tokens[i] for i in keep]),
+                             torch.tensor([remap[parents[i]] if parents[i] >= 0 else -1 for i in keep]), None,
+                             torch.tensor([probs[i] for i in keep]))
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +125,23 @@ def test_harness_static_policy_is_lossless_and_accounts_time(harness):
     for prompt in harness.prompts:
         assert plain.generate(prompt, 12).new_tokens == ltd.generate(prompt, 12).new_tokens
     assert np.all(np.diff(harness.layer_costs) >= 0) and harness.target_time > 0
+
+
+def test_native_hooks_take_the_same_decisions_as_the_emulation(harness):
+    """With a drafter that honours the hooks itself, the native harness (all wall
+    clock, no calibration) drafts exactly the emulated trees and stays lossless."""
+    native = RealHarness(harness.target, harness.base, harness.prompts, CFG, max_new_tokens=12, native=True)
+    assert not native.layer_costs.any()
+    emulated = harness.run(StopAtTwo(CFG, static_depth=4))
+    direct = native.run(StopAtTwo(CFG, static_depth=4))
+    assert (direct[1] <= 2).all() and (direct[2] <= 4).all()
+    np.testing.assert_array_equal(direct[1], emulated[1])
+    np.testing.assert_array_equal(direct[2], emulated[2])
+    assert [r.tokens_per_round for r in direct[0]] == [r.tokens_per_round for r in emulated[0]]
+    plain = SpeculativeDecoder(harness.target, harness.base, policy=FixedDraftPolicy(0))
+    hooked = SpeculativeDecoder(harness.target, harness.base, policy=StopAtTwo(CFG, static_depth=4))
+    for prompt in harness.prompts:
+        assert plain.generate(prompt, 12).new_tokens == hooked.generate(prompt, 12).new_tokens
 
 
 @pytest.mark.parametrize("factory", [make_real_depth_env, make_real_size_env])
