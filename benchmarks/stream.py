@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--update-every", type=int, default=1)
+    parser.add_argument("--precondition", default="none", choices=["none", "rms"],
+                        help="rms: learner gradients divided by their running RMS (Adam-like per-element steps)")
     parser.add_argument("--out", default="results/benchmarks/stream")
     args = parser.parse_args(argv)
     from specloop.cli import main as cli_main
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
                    "--prompts", str(args.prompts), "--chunk", str(args.chunk), "--max-new-tokens",
                    str(args.max_new_tokens), "-k", str(args.num_draft_tokens), "--mode", args.mode,
                    "--batch-size", str(args.batch_size), "--epochs", str(args.epochs),
-                   "--update-every", str(args.update_every),
+                   "--update-every", str(args.update_every), "--precondition", args.precondition,
                    "--out", str(Path(args.out) / args.kind), "--json"]
     if args.lr is not None:
         argv_stream += ["--lr", str(args.lr)]

@@ -49,6 +49,9 @@ def register(subparsers) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--update-every", type=int, default=1, help="rounds between micro-updates (round mode)")
     parser.add_argument("--epochs", type=int, default=2, help="passes per chunk (chunk mode)")
+    parser.add_argument("--precondition", choices=["none", "rms"], default="none",
+                        help="rms: divide the learner's gradients by their running RMS (adaptive OGD, "
+                             "Adam-like per-element steps of size --lr); none: raw gradients")
     parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N prompt tokens")
@@ -78,7 +81,7 @@ def run(args) -> int:
     items = build_stream(args.datasets, args.prompts, target.tokenizer, order=args.order,
                          chat_template=not args.raw, max_prompt_tokens=args.max_prompt_tokens)
     online = {"mode": args.mode, "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
-              "update_every": args.update_every,
+              "update_every": args.update_every, "precondition": args.precondition,
               "background": args.background}
     config = StreamConfig(chunk=args.chunk, max_new_tokens=args.max_new_tokens,
                           num_draft_tokens=args.num_draft_tokens, online=online, seed=args.seed)

@@ -69,9 +69,10 @@ import torch
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
 
 __all__ = ["FeatureSample", "ContextSample", "FeatureHeadObjective", "SmallLMObjective", "EagleObjective", "EagleSample", "objective_for", "OnlineConfig", "OnlineAdapter",
-           "OnlineDrafter", "make_learner", "LEARNER_KINDS", "save_checkpoint", "load_checkpoint"]
+           "OnlineDrafter", "make_learner", "LEARNER_KINDS", "PRECONDITIONERS", "save_checkpoint", "load_checkpoint"]
 
 LEARNER_KINDS = ("ogd", "opt", "ens", "opt-ens", "osd")
+PRECONDITIONERS = ("none", "rms")
 
 
 # ----------------------------------------------------------------------------- samples
@@ -485,6 +486,13 @@ class OnlineConfig:
         top_m: target tokens kept per verified position.
         osd_interval: OSD distils every this many learner steps (round mode;
             chunk mode distils every step, i.e. every mini-batch).
+        precondition: "none" (the learner sees raw gradients) or "rms" (adaptive
+            OGD: every gradient the learner sees -- played point and oracle points --
+            is divided elementwise by sqrt(v) + 1e-8, v the bias-corrected running
+            mean of squared played-point gradients with decay ``rms_decay``; RMSProp /
+            Adam's second-moment scaling without momentum, so ``lr`` is the per-element
+            step, the paper's EAGLE / EAGLE-3 set-up uses Adam at 3e-5..4e-4, App. B.10).
+        rms_decay: beta_2 of the running mean, in (0, 1).
         seed: seeds the replay sampling and the learner.
     """
 
@@ -500,6 +508,8 @@ class OnlineConfig:
     background: bool = False
     top_m: int = 32
     osd_interval: int = 8
+    precondition: str = "none"
+    rms_decay: float = 0.95
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -510,6 +520,10 @@ class OnlineConfig:
         for name in ("update_every", "batch_size", "buffer_size", "epochs", "num_learners", "top_m", "osd_interval"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"OnlineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.precondition not in PRECONDITIONERS:
+            raise ValueError(f"precondition must be one of {PRECONDITIONERS}, got {self.precondition!r}")
+        if not (0.0 < float(self.rms_decay) < 1.0):
+            raise ValueError(f"rms_decay must be in (0, 1), got {self.rms_decay}")
         if self.lr is not None and not (math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be positive and finite, got {self.lr}")
 
@@ -557,6 +571,8 @@ class OnlineAdapter:
         self._error: BaseException | None = None
         self._sample_losses: tuple[Any, float] | None = None   # (first sample, its loss) of the last _loss_grad
         self._played_losses: tuple[Any, float] | None = None   # the same at the played point of the last _step
+        self.rms: list[torch.Tensor] | None = None    # running mean of squared played gradients ("rms")
+        self.rms_steps = 0
 
     # -- loss / gradient ---------------------------------------------------------
     def _loss_grad(self, samples: list[FeatureSample]) -> tuple[float, list[torch.Tensor]]:
@@ -584,13 +600,34 @@ class OnlineAdapter:
             return float(self.objective.loss([sample]))
 
     def _loss_grad_at(self, values: list[torch.Tensor], samples: list[FeatureSample]):
-        """f and grad f at other parameter values (the learners' oracle)."""
+        """f and (preconditioned, `_precondition`) grad f at other parameter values
+        (the learners' oracle)."""
         saved = [p.detach().clone() for p in self.params]
         try:
             self._write(values)
-            return self._loss_grad(samples)
+            loss, grads = self._loss_grad(samples)
+            return loss, self._precondition(grads)
         finally:
             self._write(saved)
+
+    def _update_rms(self, grads: list[torch.Tensor]) -> None:
+        """Fold a played-point gradient into the running second moment ("rms")."""
+        if self.config.precondition != "rms":
+            return
+        beta = float(self.config.rms_decay)
+        if self.rms is None:
+            self.rms = [torch.zeros_like(g) for g in grads]
+        for v, g in zip(self.rms, grads):
+            v.mul_(beta).addcmul_(g, g, value=1.0 - beta)
+        self.rms_steps += 1
+
+    def _precondition(self, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """grads / (sqrt(v_hat) + 1e-8) under "rms" (v_hat bias-corrected); unchanged
+        under "none" or before any played gradient was seen."""
+        if self.config.precondition != "rms" or self.rms is None:
+            return grads
+        correction = 1.0 - float(self.config.rms_decay) ** self.rms_steps
+        return [g / ((v / correction).sqrt() + 1e-8) for g, v in zip(grads, self.rms)]
 
     def _write(self, values: list[torch.Tensor]) -> None:
         with torch.no_grad():
@@ -606,6 +643,8 @@ class OnlineAdapter:
         else:
             loss, grads = self._loss_grad(samples)
             self._played_losses = self._sample_losses   # at w_t (oracle calls below evaluate elsewhere)
+            self._update_rms(grads)
+            grads = self._precondition(grads)
         played = [p.detach().clone() for p in self.params]
         if self.config.learner == "osd":
             new = self._osd_step(played, grads, loss, samples)
@@ -743,7 +782,9 @@ class OnlineAdapter:
                 "chunk_samples": [s.to_dict() for s in self.chunk_samples],
                 "osd_pending": [s.to_dict() for s in self.osd_pending],
                 "rng": self.rng.bit_generator.state, "rounds": self.rounds, "num_steps": self.num_steps,
-                "train_seconds": self.train_seconds, "config": dict(self.config.__dict__)}
+                "train_seconds": self.train_seconds, "config": dict(self.config.__dict__),
+                "rms": None if self.rms is None else [v.detach().cpu().clone() for v in self.rms],
+                "rms_steps": self.rms_steps}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict` output.
@@ -767,6 +808,9 @@ class OnlineAdapter:
         self.rng.bit_generator.state = state["rng"]
         self.rounds, self.num_steps = int(state["rounds"]), int(state["num_steps"])
         self.train_seconds = float(state["train_seconds"])
+        rms = state.get("rms")
+        self.rms = None if rms is None else [v.to(p.device) for v, p in zip(rms, self.params)]
+        self.rms_steps = int(state.get("rms_steps", 0))
 
     def _sample_oracle(self, sample: FeatureSample) -> Callable:
         return lambda values, s=sample: self._loss_grad_at(values, [s])

@@ -317,3 +317,52 @@ def test_eagle_and_small_lm_training_accessors(target):
     assert torch.equal(small.target_to_draft, small.draft.lm_head.target_to_draft)
     with pytest.raises(ValueError, match="non-empty"):
         small.context_logits(ids[:0], 0)
+
+
+def test_rms_preconditioner_scales_steps_per_element_and_round_trips(target, tmp_path):
+    """precondition="rms": the learner's gradient is g / (sqrt(v_hat) + 1e-8), so the
+    first OGD step moves each parameter by ~lr * sign(g) (v_hat = g^2 after one step);
+    the output stays the target's greedy output and the second moment round-trips."""
+    inner = hydra_drafter(target)
+    lr = 1e-3
+    # chunk mode with one epoch and a batch larger than the chunk: exactly one step
+    config = OnlineConfig(learner="ogd", lr=lr, precondition="rms", mode="chunk", epochs=1, batch_size=256)
+    adapter = OnlineAdapter(inner, config)
+    drafter = OnlineDrafter(inner, adapter)
+    stream = prompts(2)
+    before = params_of(inner)
+    res = serve(target, drafter, stream[:1], max_new_tokens=12)[0]
+    assert res.new_tokens == plain_greedy(target.model, stream[0], 12)
+    assert adapter.num_steps == 0 and adapter.rms is None
+    adapter.end_chunk()
+    assert adapter.num_steps == 1 and adapter.rms_steps == 1
+    moved = torch.cat([(a - b).abs().flatten() for a, b in zip(inner.parameters(), before)])
+    nonzero = moved[moved > 0]
+    assert nonzero.numel() > moved.numel() // 2
+    assert float(nonzero.max()) <= lr * (1 + 1e-3)          # |g| / (|g| + 1e-8) <= 1
+    assert abs(float(nonzero.median()) - lr) < 1e-3 * lr    # and ~1 for all but tiny g
+    # lossless with further updates, and the preconditioner state round-trips
+    results = serve(target, drafter, stream[1:], max_new_tokens=12)
+    assert results[0].new_tokens == plain_greedy(target.model, stream[1], 12)
+    save_checkpoint(tmp_path / "state.pt", adapter.state_dict())
+    other_inner = hydra_drafter(target, seed=5)
+    other = OnlineAdapter(other_inner, adapter.config)
+    other.load_state_dict(load_checkpoint(tmp_path / "state.pt"))
+    assert other.rms_steps == adapter.rms_steps
+    for a, b in zip(adapter.rms, other.rms):
+        assert torch.equal(a, b)
+    ra = serve(target, OnlineDrafter(inner, adapter), stream[:1], max_new_tokens=12)
+    rb = serve(target, OnlineDrafter(other_inner, other), stream[:1], max_new_tokens=12)
+    assert ra[0].trace.column("accepted_tokens").tolist() == rb[0].trace.column("accepted_tokens").tolist()
+    adapter.end_chunk()
+    other.end_chunk()                                       # a step that uses the restored v
+    assert adapter.rms_steps == other.rms_steps == 2
+    for a, b in zip(inner.parameters(), other_inner.parameters()):
+        assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_rms_preconditioner_bad_input():
+    with pytest.raises(ValueError, match="precondition"):
+        OnlineConfig(precondition="adam")
+    with pytest.raises(ValueError, match="rms_decay"):
+        OnlineConfig(precondition="rms", rms_decay=1.0)
