@@ -18,6 +18,14 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
                            trie of at most N nodes (``--datastore-nodes``; nodes
                            scoring below ``--datastore-min-score`` are not verified)
 * ``specloop-<draft>-chain`` small-LM drafts when ``--draft-model`` is given
+* ``specloop-<head>-chain`` / ``specloop-<head>-tree`` trained drafts (``--heads``,
+                           default eagle3,hydra,eagle,medusa,small-lm): chain of
+                           ``--head-k`` and an EAGLE-2 tree (``--head-tree``), each
+                           with ``draft_step_s`` (seconds per draft step, from the
+                           decoder's draft_time / tree depth) and
+                           ``draft_step_vs_target_step`` (against one HF greedy step
+                           of the same run); ``specloop-hybrid-tree`` = prompt
+                           lookup, else the EAGLE-3 head
 
 for each dtype (float32, bfloat16): tokens/s (new tokens / seconds, prefill
 included, as HF's generate includes it), mean accepted length (tau, bonus included),
@@ -82,8 +90,32 @@ def _spec_runner(target, drafter, policy):
         result = decoder.generate(ids, max_new)
         seconds = time.perf_counter() - t0
         tau = result.trace.mean_accepted_length() if len(result.trace) else float("nan")
+        run.draft_seconds += sum(r.draft_time for r in result.trace)
+        run.draft_steps += sum(r.tree_depth for r in result.trace)
         return len(result.new_tokens), seconds, tau
+    run.draft_seconds, run.draft_steps = 0.0, 0
     return run
+
+
+def _head_methods(target, args) -> dict:
+    """Chain and EAGLE-2 tree rows for each trained draft in ``--heads`` (skipped,
+    with a note on stderr, when a draft is neither saved nor shipped)."""
+    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
+    methods = {}
+    tree = parse_tree_shape(args.head_tree)
+    for kind in args.heads:
+        try:
+            drafter = make_drafter(kind, target, train_if_missing=False, progress=False)
+        except FileNotFoundError as exc:
+            print(f"skipping {kind}: {exc}", file=sys.stderr)
+            continue
+        methods[f"specloop-{kind}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.head_k))
+        methods[f"specloop-{kind}-tree"] = _spec_runner(target, drafter, FixedDraftPolicy(tree.max_depth, tree))
+    if "eagle3" in args.heads:
+        hybrid = make_drafter("hybrid", target, head="eagle3", train_if_missing=False, progress=False)
+        methods["specloop-hybrid-tree"] = _spec_runner(target, hybrid, FixedDraftPolicy(tree.max_depth, tree))
+    return methods
 
 
 def _methods(target, args) -> dict:
@@ -117,6 +149,7 @@ def _methods(target, args) -> dict:
         methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.k))
         assistant = drafter.lm.model
         methods["hf-assisted"] = _hf_runner(target.model, eos, assistant_model=assistant)
+    methods.update(_head_methods(target, args))
     return methods
 
 
@@ -144,11 +177,16 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
             tokens[name] = total_tokens
             print(f"[{dtype}] repeat {repeat} {name}: {total_tokens / total_seconds:.2f} tok/s", file=sys.stderr)
     out = {}
+    target_step = 1.0 / statistics.median(per_repeat["hf-greedy"])
     for name in methods:
         out[name] = {"tokens_per_s": statistics.median(per_repeat[name]),
                      "tokens_per_s_all": per_repeat[name],
                      "mean_accepted_length": statistics.median(tau[name]),
                      "new_tokens": tokens[name]}
+        steps = getattr(methods[name], "draft_steps", 0)
+        if steps and name.startswith("specloop-") and not name.startswith("specloop-greedy"):
+            step_s = methods[name].draft_seconds / steps
+            out[name].update(draft_step_s=step_s, draft_step_vs_target_step=step_s / target_step)
     out["verify_cost"] = _verify_cost(target, args)
     return out
 
@@ -217,6 +255,10 @@ def main(argv=None) -> int:
     parser.add_argument("--datastore-min-score", type=float, default=0.0,
                         help="datastore nodes scoring below this are not verified")
     parser.add_argument("--lookup-tokens", default="3,10", help="HF prompt_lookup_num_tokens settings")
+    parser.add_argument("--heads", default="eagle3,hydra,eagle,medusa,small-lm",
+                        help="trained drafts to add as rows (empty = none)")
+    parser.add_argument("--head-k", type=int, default=4, help="chain length of the trained-draft chain rows")
+    parser.add_argument("--head-tree", default="topk=4,depth=5,v=16", help="EAGLE-2 tree of the trained-draft rows")
     parser.add_argument("--cache-len", type=int, default=200)
     parser.add_argument("--max-verify", type=int, default=32)
     parser.add_argument("--verify-repeats", type=int, default=5)
@@ -227,6 +269,7 @@ def main(argv=None) -> int:
         args.prompts, args.repeats, args.max_new_tokens, args.verify_repeats = 2, 1, 48, 2
     args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
     args.datastore_nodes = [int(x) for x in str(args.datastore_nodes).split(",") if x]
+    args.heads = [x for x in str(args.heads).split(",") if x]
     import torch
     import transformers
     from specloop.realmodels.loading import load_model
@@ -242,6 +285,7 @@ def main(argv=None) -> int:
             "repeats": args.repeats, "k": args.k, "tree": [args.tree_width, args.tree_depth, args.tree_nodes],
             "datastore": {"enabled": args.datastore, "nodes": args.datastore_nodes,
                           "min_score": args.datastore_min_score},
+            "heads": args.heads, "head_k": args.head_k, "head_tree": args.head_tree,
             "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
