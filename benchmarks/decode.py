@@ -150,6 +150,11 @@ def _methods(target, args) -> dict:
         assistant = drafter.lm.model
         methods["hf-assisted"] = _hf_runner(target.model, eos, assistant_model=assistant)
     methods.update(_head_methods(target, args))
+    if args.only:
+        missing = [name for name in args.only if name not in methods]
+        if missing:
+            raise ValueError(f"--only names unknown methods {missing}; known: {sorted(methods)}")
+        methods = {name: run for name, run in methods.items() if name in args.only or name == "hf-greedy"}
     return methods
 
 
@@ -259,6 +264,7 @@ def main(argv=None) -> int:
                         help="trained drafts to add as rows (empty = none)")
     parser.add_argument("--head-k", type=int, default=4, help="chain length of the trained-draft chain rows")
     parser.add_argument("--head-tree", default="topk=4,depth=5,v=16", help="EAGLE-2 tree of the trained-draft rows")
+    parser.add_argument("--only", default="", help="comma list of method names to run (hf-greedy always runs)")
     parser.add_argument("--cache-len", type=int, default=200)
     parser.add_argument("--max-verify", type=int, default=32)
     parser.add_argument("--verify-repeats", type=int, default=5)
@@ -270,6 +276,7 @@ def main(argv=None) -> int:
     args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
     args.datastore_nodes = [int(x) for x in str(args.datastore_nodes).split(",") if x]
     args.heads = [x for x in str(args.heads).split(",") if x]
+    args.only = [x for x in str(args.only).split(",") if x]
     import torch
     import transformers
     from specloop.realmodels.loading import load_model
