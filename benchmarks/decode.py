@@ -67,32 +67,40 @@ def _prompts(tokenizer, datasets: list[str], limit: int) -> list[tuple[str, str,
     return out
 
 
-def _hf_runner(model, eos, **gen_kwargs):
+def _hf_runner(model, eos, setup=None, **gen_kwargs):
+    """``run(ids, max_new) -> (new_ids, seconds, tau)`` over HF ``generate`` (greedy;
+    tau is NaN: HF does not report it). ``setup()`` runs before each call, untimed
+    (e.g. to set an assistant's generation config)."""
     import torch
 
-    def run(ids: list[int], max_new: int) -> tuple[int, float, float]:
+    def run(ids: list[int], max_new: int) -> tuple[list[int], float, float]:
+        if setup is not None:
+            setup()
         inputs = torch.tensor([ids])
         t0 = time.perf_counter()
         with torch.inference_mode():
             out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new,
                                  do_sample=False, temperature=None, top_p=None, top_k=None,
                                  eos_token_id=eos, pad_token_id=eos[0], **gen_kwargs)
-        return out.shape[1] - len(ids), time.perf_counter() - t0, float("nan")
+        seconds = time.perf_counter() - t0
+        return out[0, len(ids):].tolist(), seconds, float("nan")
     return run
 
 
 def _spec_runner(target, drafter, policy):
+    """``run(ids, max_new) -> (new_ids, seconds, tau)`` over `SpeculativeDecoder`;
+    ``run.draft_seconds`` / ``run.draft_steps`` accumulate over calls."""
     from specloop.realmodels.decoder import SpeculativeDecoder
     decoder = SpeculativeDecoder(target, drafter, policy=policy)
 
-    def run(ids: list[int], max_new: int) -> tuple[int, float, float]:
+    def run(ids: list[int], max_new: int) -> tuple[list[int], float, float]:
         t0 = time.perf_counter()
         result = decoder.generate(ids, max_new)
         seconds = time.perf_counter() - t0
         tau = result.trace.mean_accepted_length() if len(result.trace) else float("nan")
         run.draft_seconds += sum(r.draft_time for r in result.trace)
         run.draft_steps += sum(r.tree_depth for r in result.trace)
-        return len(result.new_tokens), seconds, tau
+        return list(result.new_tokens), seconds, tau
     run.draft_seconds, run.draft_steps = 0.0, 0
     return run
 
@@ -173,8 +181,8 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
         for name in order:
             total_tokens, total_seconds, taus = 0, 0.0, []
             for _, _, ids in prompts:
-                n, seconds, t = methods[name](ids, args.max_new_tokens)
-                total_tokens += n
+                new_ids, seconds, t = methods[name](ids, args.max_new_tokens)
+                total_tokens += len(new_ids)
                 total_seconds += seconds
                 taus.append(t)
             per_repeat[name].append(total_tokens / total_seconds)

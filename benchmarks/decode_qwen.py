@@ -55,42 +55,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode import _prompts  # noqa: E402  (benchmarks/decode.py: same prompt encoding)
+from decode import _hf_runner, _prompts, _spec_runner  # noqa: E402  (benchmarks/decode.py: same runners and prompts)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-
-
-def _hf_runner(model, eos: list[int], setup=None, **gen_kwargs):
-    """``run(ids, max_new) -> (new_ids, seconds, tau)`` over HF ``generate`` (greedy).
-    ``setup()`` runs before each call, untimed (it sets the assistant's config)."""
-    import torch
-
-    def run(ids: list[int], max_new: int):
-        if setup is not None:
-            setup()
-        inputs = torch.tensor([ids])
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=max_new,
-                                 do_sample=False, temperature=None, top_p=None, top_k=None,
-                                 eos_token_id=eos, pad_token_id=eos[0], **gen_kwargs)
-        seconds = time.perf_counter() - t0
-        return out[0, len(ids):].tolist(), seconds, float("nan")
-    return run
-
-
-def _spec_runner(target, drafter, policy):
-    """``run(ids, max_new) -> (new_ids, seconds, tau)`` over `SpeculativeDecoder`."""
-    from specloop.realmodels.decoder import SpeculativeDecoder
-    decoder = SpeculativeDecoder(target, drafter, policy=policy)
-
-    def run(ids: list[int], max_new: int):
-        t0 = time.perf_counter()
-        result = decoder.generate(ids, max_new)
-        seconds = time.perf_counter() - t0
-        tau = result.trace.mean_accepted_length() if len(result.trace) else float("nan")
-        return list(result.new_tokens), seconds, tau
-    return run
 
 
 def _uad_setup(assistant, num_tokens: int | None, defaults: dict):
