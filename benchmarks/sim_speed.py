@@ -1,24 +1,32 @@
 """Simulator speed: Numba kernels vs their NumPy references, measured in the same run.
 
-Modes (each reports ``numba_draft_tokens_per_s``, ``numpy_draft_tokens_per_s`` and
-``speedup_vs_numpy``):
+Headline (``numba_draft_tokens_per_s``, ``numpy_draft_tokens_per_s``,
+``speedup_vs_numpy``): the kernel and its reference called with the same arguments --
+the same pre-drawn uniforms, the same preallocated outputs (the reference on the
+first ``reference_rounds`` of them, as it is ~50x slower). ``*_wrapper_included``
+keys time the public Python wrapper instead (input validation, drawing the uniforms
+from the Generator, allocating the outputs, then the kernel) against the same
+reference time: the cost a user of the wrapper sees.
 
-* ``iid``: the Assumption-1 fast path (`simulate_iid_chain`: per round k Bernoulli(Acc)
-  trials until the first failure). Numba timing includes drawing the uniforms in the
-  wrapper; the reference is `specloop.sim._reference.iid_chain_kernel` (Python loop
-  over rounds). ``numpy_vectorised_draft_tokens_per_s`` adds a fully vectorised NumPy
-  implementation (k uniforms per round, cumprod) for comparison.
+Modes:
+
+* ``iid``: the Assumption-1 fast path (`iid_chain_kernel`, wrapper
+  `simulate_iid_chain`: per round k Bernoulli(Acc) trials until the first failure).
+  The reference is `specloop.sim._reference.iid_chain_kernel` (Python loop over
+  rounds). ``numpy_vectorised_draft_tokens_per_s`` adds a fully vectorised NumPy
+  implementation (k uniforms per round, cumprod, uniforms drawn inside) for comparison.
 * ``full_vocab``: speculative sampling over full V = 32000 vocabularies
-  (`simulate_chain_tables`, C contexts, correlated positions): inverse-CDF draws
-  through line-blocked CDF tables (a guide entry points at one 64-byte line; expected
-  O(1), at most O(log V) per token) after the O(C V) table setup of `prepare_tables`
-  (``setup_seconds``). The reference is `_reference.chain_table_kernel` on the same
-  tables (``np.searchsorted`` on the CDF rows; the same tokens for the same uniforms).
-  The headline rates exclude the setup, which both sides share and which is done
-  once per set of distributions; ``*_setup_included`` keys add it (Numba: the whole
-  `prepare_tables`; NumPy: the validation and ``np.cumsum`` tables its reference
-  needs, ``numpy_setup_seconds``) to the time of ``rounds`` rounds (the reference's
-  time scaled up from ``reference_rounds``). ``counted`` says the same in the JSON.
+  (`chain_table_kernel`, wrapper `simulate_chain_tables`, C contexts, correlated
+  positions): inverse-CDF draws through line-blocked CDF tables (a guide entry points
+  at one 64-byte line; expected O(1), at most O(log V) per token) after the O(C V)
+  table setup of `prepare_tables` (``setup_seconds``). The reference is
+  `_reference.chain_table_kernel` on the same tables (``np.searchsorted`` on the CDF
+  rows; the same tokens for the same uniforms). The headline rates exclude the setup,
+  which both sides share and which is done once per set of distributions;
+  ``*_setup_included`` keys are end to end: the wrapper plus the whole
+  `prepare_tables` against the reference plus the validation and ``np.cumsum`` tables
+  it needs (``numpy_setup_seconds``), for ``rounds`` rounds (the reference's time
+  scaled up from ``reference_rounds``). ``counted`` says the same in the JSON.
 
 ``full_vocab_one_context`` repeats ``full_vocab`` with C = 1 (tables fit in cache).
 
@@ -28,7 +36,7 @@ tokens actually drawn: draft positions reached + the final token). Kernels are
 single-threaded; rates divide by the CPU seconds of the calling thread
 (``time.thread_time``), a per-core rate that other processes on a shared machine do
 not inflate (``*_wall_clock`` keys give the wall-clock rate of the same runs). ``growth_vocab`` and ``growth_k`` give
-nanoseconds per draft token of the full-vocabulary kernel as V and k grow.
+nanoseconds per draft token of `simulate_chain_tables` (wrapper included) as V and k grow.
 
     python benchmarks/sim_speed.py [--json] [--quick] [--check]
 
@@ -48,6 +56,7 @@ import time
 import numba
 import numpy as np
 
+from specloop.sim import _kernels as K
 from specloop.sim import _reference as R
 from specloop.sim.rounds import (prepare_tables, simulate_chain_tables, simulate_iid_chain,
                                   validate_table)
@@ -79,13 +88,13 @@ def _median_seconds(fn, repeats: int, clock: str = "cpu") -> float:
 
 def bench_iid(rounds: int, ref_rounds: int, k: int, acc: float, repeats: int) -> dict:
     rng = np.random.default_rng(0)
-    numba_s = _median_seconds(lambda: simulate_iid_chain(acc, k, rounds, rng), repeats)
+    accs, ks = np.full(rounds, acc), np.full(rounds, k, dtype=np.int64)
+    u, out = 1.0 - rng.random(rounds), np.empty(rounds, dtype=np.int64)
+    numba_s = _median_seconds(lambda: K.iid_chain_kernel(accs, ks, u, out), repeats)
     numba_wall = WALL_SECONDS[-1]
-    accs = np.full(ref_rounds, acc)
-    ks = np.full(ref_rounds, k, dtype=np.int64)
-    u = 1.0 - rng.random(ref_rounds)
-    out = np.empty(ref_rounds, dtype=np.int64)
-    numpy_s = _median_seconds(lambda: R.iid_chain_kernel(accs, ks, u, out), repeats)
+    wrapper_s = _median_seconds(lambda: simulate_iid_chain(acc, k, rounds, rng), repeats)
+    n = ref_rounds
+    numpy_s = _median_seconds(lambda: R.iid_chain_kernel(accs[:n], ks[:n], u[:n], out[:n]), repeats)
 
     def vectorised():
         trials = rng.random((rounds, k)) < acc
@@ -98,6 +107,8 @@ def bench_iid(rounds: int, ref_rounds: int, k: int, acc: float, repeats: int) ->
             "numba_draft_tokens_per_s_wall_clock": rounds * k / numba_wall,
             "numba_draft_tokens_per_s": numba_rate, "numpy_draft_tokens_per_s": numpy_rate,
             "speedup_vs_numpy": numba_rate / numpy_rate,
+            "numba_wrapper_draft_tokens_per_s": rounds * k / wrapper_s,
+            "speedup_vs_numpy_wrapper_included": rounds * k / wrapper_s / numpy_rate,
             "numpy_vectorised_draft_tokens_per_s": rounds * k / vec_s,
             "speedup_vs_numpy_vectorised": numba_rate / (rounds * k / vec_s)}
 
@@ -124,10 +135,12 @@ def _numpy_setup(p, q):
 
 
 COUNTED = ("draft tokens = proposed draft tokens (k per round); headline rates = "
-           "rounds * k / CPU seconds of simulate_chain_tables (uniform draws, output "
-           "arrays, kernel) resp. of the reference kernel, with the per-distribution "
-           "table setup excluded (shared, once per set of distributions); "
-           "*_setup_included add setup_seconds (Numba: prepare_tables) resp. "
+           "rounds * k / CPU seconds of chain_table_kernel resp. of its reference, "
+           "both given the same pre-drawn uniforms and preallocated outputs, with the "
+           "per-distribution table setup excluded (shared, once per set of "
+           "distributions); *_wrapper_included time simulate_chain_tables (validation, "
+           "uniform draws, output arrays, kernel) instead; *_setup_included add "
+           "setup_seconds (Numba: the wrapper + prepare_tables) resp. "
            "numpy_setup_seconds (validation + np.cumsum tables) to the time of `rounds` "
            "rounds (the reference's time scaled from reference_rounds)")
 
@@ -140,20 +153,22 @@ def bench_full_vocab(vocab: int, contexts: int, rounds: int, ref_rounds: int, k:
     numpy_setup = _median_seconds(lambda: _numpy_setup(p, q), repeats)
     rng = np.random.default_rng(1)
     ctx = rng.integers(contexts, size=rounds)
-    numba_s = _median_seconds(
-        lambda: simulate_chain_tables(None, None, ctx, k, rng, tables=tables), repeats)
+    ks = np.full(rounds, k, dtype=np.int64)
+    u = rng.random((rounds, k)), rng.random((rounds, k)), rng.random(rounds)
+    outs = (np.empty(rounds, np.int64), np.empty((rounds, k + 1), np.int64),
+            np.empty((rounds, k)))
+    t, n = tables, ref_rounds
+    numba_s = _median_seconds(lambda: K.chain_table_kernel(
+        *t.kernel_tables(), ctx, ks, False, False, *u, *outs), repeats)
     numba_wall = WALL_SECONDS[-1]
-    rctx = ctx[:ref_rounds]
-    ks = np.full(ref_rounds, k, dtype=np.int64)
-    u = rng.random((ref_rounds, k)), rng.random((ref_rounds, k)), rng.random(ref_rounds)
-    outs = (np.empty(ref_rounds, np.int64), np.empty((ref_rounds, k + 1), np.int64),
-            np.empty((ref_rounds, k)))
-    t = tables
+    wrapper_s = _median_seconds(
+        lambda: simulate_chain_tables(None, None, ctx, k, rng, tables=tables), repeats)
     numpy_s = _median_seconds(lambda: R.chain_table_kernel(
-        *t.kernel_tables(), rctx, ks, False, False, *u, *outs), repeats)
+        *t.kernel_tables(), ctx[:n], ks[:n], False, False, *(a[:n] for a in u),
+        *(a[:n] for a in outs)), repeats)
     numba_rate = rounds * k / numba_s
     numpy_rate = ref_rounds * k / numpy_s
-    numba_rate_setup = rounds * k / (numba_s + setup)
+    numba_rate_setup = rounds * k / (wrapper_s + setup)
     numpy_rate_setup = rounds * k / (numpy_s * rounds / ref_rounds + numpy_setup)
     batch = simulate_chain_tables(None, None, ctx, k, rng, tables=tables)
     sampled_per_round = float(np.minimum(batch.accepted + 1, k).mean() + 1.0)
@@ -166,6 +181,8 @@ def bench_full_vocab(vocab: int, contexts: int, rounds: int, ref_rounds: int, k:
             "numba_draft_tokens_per_s_wall_clock": rounds * k / numba_wall,
             "numba_draft_tokens_per_s": numba_rate, "numpy_draft_tokens_per_s": numpy_rate,
             "speedup_vs_numpy": numba_rate / numpy_rate,
+            "numba_wrapper_draft_tokens_per_s": rounds * k / wrapper_s,
+            "speedup_vs_numpy_wrapper_included": rounds * k / wrapper_s / numpy_rate,
             "numba_draft_tokens_per_s_setup_included": numba_rate_setup,
             "numpy_draft_tokens_per_s_setup_included": numpy_rate_setup,
             "speedup_vs_numpy_setup_included": numba_rate_setup / numpy_rate_setup,

@@ -337,6 +337,12 @@ def simulate_iid_chain(acceptance_rate, num_draft_tokens, rounds: int,
     return ChainBatch(accepted, np.array(k))
 
 
+#: rounds per kernel call of `simulate_chain_tables`: the uniforms of one chunk (9
+#: float64 per round at k = 4, ~300 kB) are drawn just before the kernel reads them,
+#: so they come from cache and do not evict the sampling tables from it.
+UNIFORM_CHUNK_ROUNDS = 4096
+
+
 def simulate_chain_tables(p_table, q_table, contexts, num_draft_tokens,
                           rng: np.random.Generator, mode: str = "sampling", iid: bool = False,
                           tables: ChainTables | None = None) -> ChainBatch:
@@ -348,7 +354,9 @@ def simulate_chain_tables(p_table, q_table, contexts, num_draft_tokens,
             one context). Ignored when ``tables`` (from `prepare_tables`) is given.
         contexts: int (R,) first-position context of each round.
         num_draft_tokens: k >= 0, scalar or int (R,).
-        rng: generator for the uniforms. mode: "sampling" or "greedy".
+        rng: generator for the uniforms (drawn `UNIFORM_CHUNK_ROUNDS` rounds at a time:
+            per chunk u_draft (n, kmax), u_accept (n, kmax), then u_final (n,)).
+        mode: "sampling" or "greedy".
         iid: keep each round's context along the chain (else the next context is
             `specloop.sim.streams.next_context` of the drafted token).
 
@@ -365,12 +373,18 @@ def simulate_chain_tables(p_table, q_table, contexts, num_draft_tokens,
     rounds = ctx.size
     k = np.ascontiguousarray(np.broadcast_to(_check_k(num_draft_tokens), (rounds,)))
     kmax = int(k.max())
-    u_draft = rng.random((rounds, kmax))
-    u_accept = rng.random((rounds, kmax))
-    u_final = rng.random(rounds)
     accepted = np.empty(rounds, dtype=np.int64)
     tokens = np.empty((rounds, kmax + 1), dtype=np.int64)
     acc = np.empty((rounds, kmax))
-    K.chain_table_kernel(*t.kernel_tables(), ctx, k, bool(iid), greedy,
-                         u_draft, u_accept, u_final, accepted, tokens, acc)
+    chunk = min(rounds, UNIFORM_CHUNK_ROUNDS)
+    u_draft, u_accept, u_final = np.empty((chunk, kmax)), np.empty((chunk, kmax)), np.empty(chunk)
+    for start in range(0, rounds, chunk):
+        stop = min(start + chunk, rounds)
+        n = stop - start
+        rng.random(out=u_draft[:n])
+        rng.random(out=u_accept[:n])
+        rng.random(out=u_final[:n])
+        K.chain_table_kernel(*t.kernel_tables(), ctx[start:stop], k[start:stop], bool(iid),
+                             greedy, u_draft[:n], u_accept[:n], u_final[:n],
+                             accepted[start:stop], tokens[start:stop], acc[start:stop])
     return ChainBatch(accepted, k, tokens, acc, ctx)

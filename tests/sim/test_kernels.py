@@ -216,3 +216,36 @@ def test_blocked_sampling_with_a_wrong_start_still_finds_the_token():
         for line in (0, 3, (100 + 1) // K.LINE):
             got = K._find_in_blocks(t.blocks, K.DRAFT, 0, line, value * total, 100)
             assert got == want
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 4096])
+def test_simulate_chain_tables_chunks_match_reference(monkeypatch, chunk):
+    """The wrapper draws its uniforms chunk by chunk (u_draft, u_accept, u_final per
+    chunk of `UNIFORM_CHUNK_ROUNDS` rounds); replaying that order of draws through
+    the reference over all rounds gives the same tokens, so no chunk boundary drops,
+    repeats or misplaces a round (ragged k, last chunk partial)."""
+    from specloop.sim import rounds as rounds_mod
+
+    monkeypatch.setattr(rounds_mod, "UNIFORM_CHUNK_ROUNDS", chunk)
+    rng = np.random.default_rng(3)
+    p, q = rng.dirichlet(np.ones(40), size=3), rng.dirichlet(np.ones(40), size=3)
+    t = prepare_tables(p, q)
+    num_rounds = 53
+    ctx, k = rng.integers(3, size=num_rounds), rng.integers(0, 5, size=num_rounds)
+    batch = rounds_mod.simulate_chain_tables(None, None, ctx, k, np.random.default_rng(11),
+                                             tables=t)
+    replay, kmax = np.random.default_rng(11), int(k.max())
+    u_draft, u_accept, u_final = (np.empty((num_rounds, kmax)), np.empty((num_rounds, kmax)),
+                                  np.empty(num_rounds))
+    for start in range(0, num_rounds, min(chunk, num_rounds)):
+        stop = min(start + chunk, num_rounds)
+        u_draft[start:stop] = replay.random((stop - start, kmax))
+        u_accept[start:stop] = replay.random((stop - start, kmax))
+        u_final[start:stop] = replay.random(stop - start)
+    out = (np.empty(num_rounds, np.int64), np.empty((num_rounds, kmax + 1), np.int64),
+           np.empty((num_rounds, kmax)))
+    R.chain_table_kernel(*t.kernel_tables(), ctx, k, False, False, u_draft, u_accept, u_final,
+                         *out)
+    np.testing.assert_array_equal(batch.accepted, out[0])
+    np.testing.assert_array_equal(batch.tokens, out[1])
+    np.testing.assert_array_equal(batch.position_acceptance, out[2])
