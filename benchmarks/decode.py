@@ -18,9 +18,10 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
                            trie of at most N nodes (``--datastore-nodes``; nodes
                            scoring below ``--datastore-min-score`` are not verified)
 * ``specloop-<draft>-chain`` small-LM drafts when ``--draft-model`` is given
-* ``specloop-<head>-chain`` / ``specloop-<head>-tree`` trained drafts (``--heads``,
-                           default eagle3,hydra,eagle,medusa,small-lm): chain of
-                           ``--head-k`` and an EAGLE-2 tree (``--head-tree``), each
+* ``specloop-<head>-chain-k<K>`` / ``specloop-<head>-tree`` trained drafts (``--heads``,
+                           default eagle3,hydra,eagle,medusa,small-lm): one chain row
+                           per k in ``--head-k`` (mean accepted length per k) and an
+                           EAGLE-2 tree (``--head-tree``), each
                            with ``draft_step_s`` (seconds per draft step, from the
                            decoder's draft_time / tree depth) and
                            ``draft_step_vs_target_step`` (against one HF greedy step
@@ -118,7 +119,8 @@ def _head_methods(target, args) -> dict:
         except FileNotFoundError as exc:
             print(f"skipping {kind}: {exc}", file=sys.stderr)
             continue
-        methods[f"specloop-{kind}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.head_k))
+        for k in args.head_k:
+            methods[f"specloop-{kind}-chain-k{k}"] = _spec_runner(target, drafter, FixedDraftPolicy(k))
         methods[f"specloop-{kind}-tree"] = _spec_runner(target, drafter, FixedDraftPolicy(tree.max_depth, tree))
     if "eagle3" in args.heads:
         hybrid = make_drafter("hybrid", target, head="eagle3", train_if_missing=False, progress=False)
@@ -159,10 +161,12 @@ def _methods(target, args) -> dict:
         methods["hf-assisted"] = _hf_runner(target.model, eos, assistant_model=assistant)
     methods.update(_head_methods(target, args))
     if args.only:
-        missing = [name for name in args.only if name not in methods]
+        from fnmatch import fnmatchcase
+        missing = [pat for pat in args.only if not any(fnmatchcase(name, pat) for name in methods)]
         if missing:
             raise ValueError(f"--only names unknown methods {missing}; known: {sorted(methods)}")
-        methods = {name: run for name, run in methods.items() if name in args.only or name == "hf-greedy"}
+        methods = {name: run for name, run in methods.items()
+                   if name == "hf-greedy" or any(fnmatchcase(name, pat) for pat in args.only)}
     return methods
 
 
@@ -270,9 +274,11 @@ def main(argv=None) -> int:
     parser.add_argument("--lookup-tokens", default="3,10", help="HF prompt_lookup_num_tokens settings")
     parser.add_argument("--heads", default="eagle3,hydra,eagle,medusa,small-lm",
                         help="trained drafts to add as rows (empty = none)")
-    parser.add_argument("--head-k", type=int, default=4, help="chain length of the trained-draft chain rows")
+    parser.add_argument("--head-k", default="4",
+                        help="chain lengths of the trained-draft chain rows, one row per k (comma list)")
     parser.add_argument("--head-tree", default="topk=4,depth=5,v=16", help="EAGLE-2 tree of the trained-draft rows")
-    parser.add_argument("--only", default="", help="comma list of method names to run (hf-greedy always runs)")
+    parser.add_argument("--only", default="", help="comma list of method names or shell patterns (specloop-*-tree) to run; "
+                             "hf-greedy always runs")
     parser.add_argument("--cache-len", type=int, default=200)
     parser.add_argument("--max-verify", type=int, default=32)
     parser.add_argument("--verify-repeats", type=int, default=5)
@@ -284,6 +290,7 @@ def main(argv=None) -> int:
     args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
     args.datastore_nodes = [int(x) for x in str(args.datastore_nodes).split(",") if x]
     args.heads = [x for x in str(args.heads).split(",") if x]
+    args.head_k = [int(x) for x in str(args.head_k).split(",") if x]
     args.only = [x for x in str(args.only).split(",") if x]
     import torch
     import transformers
