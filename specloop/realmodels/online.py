@@ -49,7 +49,7 @@ cross-entropy at the parameters that drafted it, for every learner and mode;
 `OnlineDrafter.round_losses` keeps them and the stream runner writes them into
 `RoundRecord.loss`. The objectives read the drafters only through their public
 online-training accessors (``target_to_draft``; ``feature_state`` /
-``unrolled_logits`` of the feature heads, ``ttt_logits`` of EAGLE, ``context_logits``
+``unrolled_logits`` of the feature heads, ``ttt_hidden`` / ``draft_logits`` of EAGLE, ``context_logits``
 of the small LM).
 """
 from __future__ import annotations
@@ -335,8 +335,9 @@ class EagleObjective(_Objective):
     token at i + s + 1 (`EagleHead.forward_ttt`), so row j supervises position
     P_j - s at step s, for s = 1..``steps``: the head is re-run with gradients over
     a window of the last ``window`` positions (the context beyond it is dropped;
-    the drafter's public ``ttt_logits``). Loss: the cross-entropy of
-    `FeatureHeadObjective`, averaged over supervised outputs.
+    the drafter's public ``ttt_hidden`` / ``draft_logits``: one right-padded
+    forward per mini-batch, the LM head only at the supervised rows). Loss: the
+    cross-entropy of `FeatureHeadObjective`, averaged over supervised outputs.
 
     Raises:
         ValueError: another drafter kind; window, steps or top_m < 1.
@@ -394,24 +395,33 @@ class EagleObjective(_Objective):
                            rows[sel], probs[sel], bool(rejected))
 
     def _sums(self, samples: list[EagleSample]) -> tuple[torch.Tensor, list[int]]:
-        terms, counts = [], []
-        for smp in samples:
-            steps = int(smp.steps.max())
-            outs = self.drafter.ttt_logits(smp.features[None], smp.next_tokens[None], steps)
-            device = outs[0].device
-            total, count = outs[0].new_zeros((), dtype=torch.float32), 0
-            for s in range(1, steps + 1):
-                mask = smp.steps == s
-                if not bool(mask.any()):
-                    continue
-                logits = outs[s - 1][0, smp.index[mask].to(device)]
-                logp = torch.log_softmax(logits.float(), -1)
-                total = total + _cross_entropy(logp, smp.target_rows[mask].to(device),
-                                               smp.target_probs[mask].to(device))
-                count += int(mask.sum())
-            terms.append(total)
-            counts.append(count)
-        return torch.stack(terms), counts
+        """One padded forward for the whole batch: windows right-padded to the
+        longest (the head is causal, so padding changes no real row), the LM head
+        applied only at the supervised rows of each step."""
+        steps = max(int(smp.steps.max()) for smp in samples)
+        width = max(int(smp.features.shape[0]) for smp in samples)
+        feats = samples[0].features.new_zeros(len(samples), width, samples[0].features.shape[1])
+        toks = torch.zeros(len(samples), width, dtype=torch.long)
+        for b, smp in enumerate(samples):
+            n = int(smp.features.shape[0])
+            feats[b, :n], toks[b, :n] = smp.features, smp.next_tokens
+        hidden = self.drafter.ttt_hidden(feats, toks, steps)
+        device = hidden[0].device
+        sums = torch.zeros(len(samples), dtype=torch.float32, device=device)
+        for s in range(1, steps + 1):
+            parts = [(b, smp.steps == s) for b, smp in enumerate(samples)]
+            parts = [(b, mask) for b, mask in parts if bool(mask.any())]
+            if not parts:
+                continue
+            batch = torch.cat([torch.full((int(mask.sum()),), b, dtype=torch.long) for b, mask in parts])
+            index = torch.cat([samples[b].index[mask] for b, mask in parts])
+            rows = torch.cat([samples[b].target_rows[mask] for b, mask in parts]).to(device)
+            probs = torch.cat([samples[b].target_probs[mask] for b, mask in parts]).to(device)
+            logits = self.drafter.draft_logits(hidden[s - 1][batch.to(device), index.to(device)])
+            logp = torch.log_softmax(logits.float(), -1)
+            picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
+            sums = sums.index_add(0, batch.to(device), -(probs * picked).sum(-1))
+        return sums, [int(smp.steps.numel()) for smp in samples]
 
 
 def objective_for(drafter, **options):

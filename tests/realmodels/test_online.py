@@ -216,6 +216,22 @@ def test_eagle_online_matches_drafting_and_learns(target, kind):
             first = int(((smp.steps == 1)).nonzero()[0])
             out = inner.ttt_logits(smp.features[None], smp.next_tokens[None], 1)[0][0]
             assert torch.allclose(out[smp.index[first]], root, atol=1e-4)
+    # the batched objective (one right-padded forward, LM head at supervised rows only)
+    # equals each sample's own unpadded ttt_logits cross-entropy
+    batch = samples[:6]
+    assert len({int(smp.features.shape[0]) for smp in batch}) > 1   # padding is exercised
+    with torch.no_grad():
+        total, per = adapter.objective.loss_and_sample_losses(batch)
+        want = []
+        for smp in batch:
+            outs = inner.ttt_logits(smp.features[None], smp.next_tokens[None], int(smp.steps.max()))
+            ce = sum(-(smp.target_probs[j] * torch.log_softmax(outs[int(s) - 1][0, int(i)].float(), -1)
+                       [smp.target_rows[j].clamp_min(0)] * (smp.target_rows[j] >= 0)).sum()
+                     for j, (s, i) in enumerate(zip(smp.steps, smp.index)))
+            want.append(float(ce) / smp.steps.numel())
+    assert torch.allclose(per, torch.tensor(want), rtol=1e-4, atol=1e-5)
+    counts = torch.tensor([smp.steps.numel() for smp in batch], dtype=torch.float32)
+    assert float(total) == pytest.approx(float((per * counts).sum() / counts.sum()), rel=1e-5)
     loss0, _ = adapter._loss_grad(samples[:6])
     adapter.end_chunk()
     assert adapter.num_steps > 0 and adapter._loss_grad(samples[:6])[0] < loss0

@@ -226,20 +226,25 @@ class EagleHead(nn.Module):
         return self.config.num_heads // self.config.num_kv_heads
 
     # ------------------------------------------------------------- training
-    def forward_ttt(self, features: torch.Tensor, next_tokens: torch.Tensor, steps: int
-                    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def forward_ttt(self, features: torch.Tensor, next_tokens: torch.Tensor, steps: int,
+                    with_logits: bool = True) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
         """Training-time test over a batch of teacher-forced sequences.
+
+        Causal: position i reads positions <= i only, so sequences of different
+        lengths can share a batch right-padded (the padding changes no real row).
 
         Args:
             features: float [B, T, F]: target features at positions 0..T-1 (F = H for
                 EAGLE, 3H for EAGLE-3).
             next_tokens: int [B, T]: the token at position i+1 for each position i.
             steps: number of draft steps S >= 1.
+            with_logits: False skips the LM head (logits None): a caller that needs
+                a few rows applies `logits` to them itself.
 
         Returns:
-            S pairs (h_s [B, T, H], logits_s [B, T, V_draft]). At step s, position i
-            predicts token i+s+1 from the anchor i-s+1; rows with i < s-1 have no
-            anchor and must be masked out of losses.
+            S pairs (h_s [B, T, H], logits_s [B, T, V_draft] or None). At step s,
+            position i predicts token i+s+1 from the anchor i-s+1; rows with
+            i < s-1 have no anchor and must be masked out of losses.
         """
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")
@@ -285,7 +290,7 @@ class EagleHead(nn.Module):
             for j, vc_r in enumerate(diag_v):
                 attn = attn + probs[..., t + j: t + j + 1] * vc_r
             h = self.finish(x, attn)
-            outs.append((h, self.logits(h)))
+            outs.append((h, self.logits(h) if with_logits else None))
         return outs
 
     # ------------------------------------------------------------ inference

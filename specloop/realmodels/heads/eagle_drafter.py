@@ -129,6 +129,26 @@ class EagleDrafter(BaseDrafter):
                                      int(steps))
         return [logits for _, logits in outs]
 
+    def ttt_hidden(self, features: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        """`ttt_logits` without the LM head: S head outputs h_s (B, T, H) in the
+        head's dtype and device (`draft_logits` turns chosen rows into logits, so a
+        loss over a few rows per sequence skips the (B, T, V_draft) products).
+
+        Raises:
+            ValueError: steps < 1, or features / tokens of mismatched shapes.
+        """
+        if features.dim() != 3 or next_tokens.shape != features.shape[:2]:
+            raise ValueError(f"need features (B, T, F) and next_tokens (B, T), got {tuple(features.shape)} "
+                             f"and {tuple(next_tokens.shape)}")
+        outs = self.head.forward_ttt(features.to(self._device, self._dtype), next_tokens.to(self._device).long(),
+                                     int(steps), with_logits=False)
+        return [h for h, _ in outs]
+
+    def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Draft logits (..., V_draft) over the reduced vocabulary of head outputs
+        ``hidden`` (..., H) (`EagleHead.logits`; differentiable)."""
+        return self.head.logits(hidden)
+
     @torch.no_grad()
     def _absorb(self) -> None:
         if not self._pending_feats:
