@@ -123,7 +123,8 @@ class EagleSample:
         next_tokens: int64 (T,) the token after each of those positions.
         steps: int64 (n,) draft step s (1-based) of each supervised output.
         index: int64 (n,) window index i of each supervised output (at step s,
-            position i predicts the token at i + s + 1, EAGLE-3's training-time test).
+            position i predicts the token at i + 2 from the anchor i - s + 1,
+            EAGLE-3's training-time test).
         target_rows, target_probs: (n, top_m) sparse target distributions.
         rejected: True when the round rejected a draft token.
     """
@@ -331,9 +332,10 @@ class EagleObjective(_Objective):
     Keeps the prompt's true target features (position i reads (f_i, x_{i+1}), as
     the drafter's cache does). A round verified positions P_0..P_a (the old pending
     token and the accepted nodes) and the target's row j is the distribution of the
-    token at P_j + 1. At draft step s the head output at position i predicts the
-    token at i + s + 1 (`EagleHead.forward_ttt`), so row j supervises position
-    P_j - s at step s, for s = 1..``steps``: the head is re-run with gradients over
+    token at P_j + 1. At every draft step s the head output at position i predicts
+    the token at i + 2, from the anchor i - s + 1 (`EagleHead.forward_ttt`), so row
+    j supervises position P_j - 1 at each step s = 1..``steps`` whose anchor
+    P_j - s is inside the history: the head is re-run with gradients over
     a window of the last ``window`` positions (the context beyond it is dropped;
     the drafter's public ``ttt_hidden`` / ``draft_logits``: one right-padded
     forward per mini-batch, the LM head only at the supervised rows). Loss: the
@@ -381,8 +383,8 @@ class EagleObjective(_Objective):
         p0 = len(self._feats)                 # history index of the old pending token
         p0 -= self._append(feedback.target_hidden, feedback.committed_tokens)
         a = int(feedback.target_logits.shape[0]) - 1
-        pairs = [(s, p0 + j - s, j) for s in range(1, self.steps + 1) for j in range(a + 1)
-                 if p0 + j - s >= s - 1 and p0 + j - s < len(self._feats)]
+        pairs = [(s, p0 + j - 1, j) for s in range(1, self.steps + 1) for j in range(a + 1)
+                 if p0 + j - s >= 0 and p0 + j - 1 < len(self._feats)]
         if not pairs:
             return None
         lo = max(0, min(i for _, i, _ in pairs) - self.window)

@@ -242,9 +242,12 @@ class EagleHead(nn.Module):
                 a few rows applies `logits` to them itself.
 
         Returns:
-            S pairs (h_s [B, T, H], logits_s [B, T, V_draft] or None). At step s,
-            position i predicts token i+s+1 from the anchor i-s+1; rows with
-            i < s-1 have no anchor and must be masked out of losses.
+            S pairs (h_s [B, T, H], logits_s [B, T, V_draft] or None). At every
+            step, position i predicts token i+2 (the token after its input token
+            x_{i+1}); at step s it does so from the anchor i-s+1 (the last true
+            feature; s-1 own predicted features after it), i.e. output (s, i) is
+            the s-th draft step from anchor i-s+1. Rows with i < s-1 have no
+            anchor and must be masked out of losses.
         """
         if steps < 1:
             raise ValueError(f"steps must be >= 1, got {steps}")

@@ -116,7 +116,8 @@ class EagleDrafter(BaseDrafter):
 
         Returns:
             S tensors (B, T, V_draft) in the head's dtype and device: at step s,
-            position i predicts the token at i + s + 1; positions i < s - 1 have no
+            position i predicts the token at i + 2 from the anchor i - s + 1 (the
+            s-th draft step from that anchor); positions i < s - 1 have no
             anchor and must be left out of losses.
 
         Raises:
