@@ -14,12 +14,8 @@ PROMPTS = ["def fibonacci(n):", "The three primary colours are", "import numpy a
 
 
 @pytest.fixture(scope="module")
-def target():
-    from specloop.realmodels.loading import load_model
-    try:
-        return load_model("smollm2-135m", dtype="float32")
-    except (FileNotFoundError, ImportError) as exc:   # the embedded target is a declared dependency
-        pytest.fail(f"SmolLM2-135M could not be loaded: {exc}")
+def target(smollm2_float32):
+    return smollm2_float32
 
 
 def test_eagle3_online_labels_each_output_with_the_token_two_ahead(target):

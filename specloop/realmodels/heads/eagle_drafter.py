@@ -123,12 +123,7 @@ class EagleDrafter(BaseDrafter):
         Raises:
             ValueError: steps < 1, or features / tokens of mismatched shapes.
         """
-        if features.dim() != 3 or next_tokens.shape != features.shape[:2]:
-            raise ValueError(f"need features (B, T, F) and next_tokens (B, T), got {tuple(features.shape)} "
-                             f"and {tuple(next_tokens.shape)}")
-        outs = self.head.forward_ttt(features.to(self._device, self._dtype), next_tokens.to(self._device).long(),
-                                     int(steps))
-        return [logits for _, logits in outs]
+        return [logits for _, logits in self._ttt(features, next_tokens, steps, True)]
 
     def ttt_hidden(self, features: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """`ttt_logits` without the LM head: S head outputs h_s (B, T, H) in the
@@ -138,12 +133,14 @@ class EagleDrafter(BaseDrafter):
         Raises:
             ValueError: steps < 1, or features / tokens of mismatched shapes.
         """
+        return [h for h, _ in self._ttt(features, next_tokens, steps, False)]
+
+    def _ttt(self, features: torch.Tensor, next_tokens: torch.Tensor, steps: int, with_logits: bool):
         if features.dim() != 3 or next_tokens.shape != features.shape[:2]:
             raise ValueError(f"need features (B, T, F) and next_tokens (B, T), got {tuple(features.shape)} "
                              f"and {tuple(next_tokens.shape)}")
-        outs = self.head.forward_ttt(features.to(self._device, self._dtype), next_tokens.to(self._device).long(),
-                                     int(steps), with_logits=False)
-        return [h for h, _ in outs]
+        return self.head.forward_ttt(features.to(self._device, self._dtype), next_tokens.to(self._device).long(),
+                                     int(steps), with_logits=with_logits)
 
     def draft_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Draft logits (..., V_draft) over the reduced vocabulary of head outputs
