@@ -88,11 +88,12 @@ def _hf_runner(model, eos, setup=None, **gen_kwargs):
     return run
 
 
-def _spec_runner(target, drafter, policy):
-    """``run(ids, max_new) -> (new_ids, seconds, tau)`` over `SpeculativeDecoder`;
-    ``run.draft_seconds`` / ``run.draft_steps`` accumulate over calls."""
+def _spec_runner(verify_widths, target, drafter, policy):
+    """``run(ids, max_new) -> (new_ids, seconds, tau)`` over `SpeculativeDecoder`
+    (with verification-width padding ``verify_widths``: None or a {size: width}
+    map); ``run.draft_seconds`` / ``run.draft_steps`` accumulate over calls."""
     from specloop.realmodels.decoder import SpeculativeDecoder
-    decoder = SpeculativeDecoder(target, drafter, policy=policy)
+    decoder = SpeculativeDecoder(target, drafter, policy=policy, verify_widths=verify_widths)
 
     def run(ids: list[int], max_new: int) -> tuple[list[int], float, float]:
         t0 = time.perf_counter()
@@ -120,11 +121,11 @@ def _head_methods(target, args) -> dict:
             print(f"skipping {kind}: {exc}", file=sys.stderr)
             continue
         for k in args.head_k:
-            methods[f"specloop-{kind}-chain-k{k}"] = _spec_runner(target, drafter, FixedDraftPolicy(k))
-        methods[f"specloop-{kind}-tree"] = _spec_runner(target, drafter, FixedDraftPolicy(tree.max_depth, tree))
+            methods[f"specloop-{kind}-chain-k{k}"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(k))
+        methods[f"specloop-{kind}-tree"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(tree.max_depth, tree))
     if "eagle3" in args.heads:
         hybrid = make_drafter("hybrid", target, head="eagle3", train_if_missing=False, progress=False)
-        methods["specloop-hybrid-tree"] = _spec_runner(target, hybrid, FixedDraftPolicy(tree.max_depth, tree))
+        methods["specloop-hybrid-tree"] = _spec_runner(args.current_widths, target, hybrid, FixedDraftPolicy(tree.max_depth, tree))
     return methods
 
 
@@ -139,9 +140,9 @@ def _methods(target, args) -> dict:
     methods = {"hf-greedy": _hf_runner(target.model, eos)}
     for n in args.lookup_tokens:
         methods[f"hf-prompt-lookup-{n}"] = _hf_runner(target.model, eos, prompt_lookup_num_tokens=n)
-    methods["specloop-greedy"] = _spec_runner(target, NGramDrafter(), FixedDraftPolicy(0))
-    methods["specloop-ngram-chain"] = _spec_runner(target, NGramDrafter(), FixedDraftPolicy(args.k))
-    methods["specloop-ngram-tree"] = _spec_runner(target, NGramDrafter(max_matches=args.tree_width),
+    methods["specloop-greedy"] = _spec_runner(args.current_widths, target, NGramDrafter(), FixedDraftPolicy(0))
+    methods["specloop-ngram-chain"] = _spec_runner(args.current_widths, target, NGramDrafter(), FixedDraftPolicy(args.k))
+    methods["specloop-ngram-tree"] = _spec_runner(args.current_widths, target, NGramDrafter(max_matches=args.tree_width),
                                                   FixedDraftPolicy(args.tree_depth, parse_tree_shape(
                                                       f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
                                                       + f",v={args.tree_nodes}")))
@@ -149,14 +150,14 @@ def _methods(target, args) -> dict:
         index = load_or_build_index(target, args.target)
         chain = DatastoreDrafter(index, min_score=args.datastore_min_score)
         tree = DatastoreDrafter(index, min_score=args.datastore_min_score)
-        methods["specloop-datastore-chain"] = _spec_runner(target, chain, FixedDraftPolicy(args.k))
+        methods["specloop-datastore-chain"] = _spec_runner(args.current_widths, target, chain, FixedDraftPolicy(args.k))
         for nodes in args.datastore_nodes:
-            methods[f"specloop-datastore-tree-v{nodes}"] = _spec_runner(target, tree, FixedDraftPolicy(
+            methods[f"specloop-datastore-tree-v{nodes}"] = _spec_runner(args.current_widths, target, tree, FixedDraftPolicy(
                 args.tree_depth, parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
                                                   + f",v={nodes}")))
     if args.draft_model:
         drafter = make_small_lm_drafter(target, args.draft_model, dtype=args.current_dtype)
-        methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(target, drafter, FixedDraftPolicy(args.k))
+        methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(args.k))
         assistant = drafter.lm.model
         methods["hf-assisted"] = _hf_runner(target.model, eos, assistant_model=assistant)
     methods.update(_head_methods(target, args))
@@ -174,6 +175,12 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
     from specloop.realmodels.loading import load_model
     target = load_model(args.target, dtype=dtype)
     args.current_dtype = dtype
+    args.current_widths = None
+    if args.verify_widths == "auto":
+        from specloop.realmodels.padding import calibrate_verify_widths
+        args.current_widths = calibrate_verify_widths(target.model)
+        print(f"[{dtype}] verify widths {args.current_widths}", file=sys.stderr)
+    args.widths_used[dtype] = {str(n): w for n, w in (args.current_widths or {}).items()}
     methods = _methods(target, args)
     for name, run in methods.items():  # warm-up, dropped
         run(prompts[0][2], min(8, args.max_new_tokens))
@@ -279,6 +286,9 @@ def main(argv=None) -> int:
     parser.add_argument("--head-tree", default="topk=4,depth=5,v=16", help="EAGLE-2 tree of the trained-draft rows")
     parser.add_argument("--only", default="", help="comma list of method names or shell patterns (specloop-*-tree) to run; "
                              "hf-greedy always runs")
+    parser.add_argument("--verify-widths", choices=["none", "auto"], default="none",
+                        help="auto: pad specloop verify blocks to the width this device runs "
+                             "fastest (specloop.realmodels.padding, calibrated once per dtype)")
     parser.add_argument("--cache-len", type=int, default=200)
     parser.add_argument("--max-verify", type=int, default=32)
     parser.add_argument("--verify-repeats", type=int, default=5)
@@ -299,6 +309,7 @@ def main(argv=None) -> int:
     tokenizer = load_model(args.target).tokenizer
     prompts = _prompts(tokenizer, args.datasets.split(","), args.prompts)
     load_before = os.getloadavg()
+    args.widths_used = {}
     results = {dtype: _bench_dtype(dtype, prompts, args) for dtype in args.dtypes.split(",")}
     verify = {dtype: results[dtype].pop("verify_cost") for dtype in results}
     _ratios(results)
@@ -308,6 +319,7 @@ def main(argv=None) -> int:
             "datastore": {"enabled": args.datastore, "nodes": args.datastore_nodes,
                           "min_score": args.datastore_min_score},
             "heads": args.heads, "head_k": args.head_k, "head_tree": args.head_tree,
+            "verify_widths": args.verify_widths, "verify_widths_used": args.widths_used,
             "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "load_avg_before": load_before, "load_avg_after": os.getloadavg(),
             "machine": platform.machine(), "cpu_count": os.cpu_count(), "torch": torch.__version__,

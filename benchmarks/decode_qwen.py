@@ -90,9 +90,9 @@ def _methods(target, drafter, args) -> dict:
         name = "hf-uad-default" if n is None else f"hf-uad-n{n}"
         methods[name] = _hf_runner(target.model, eos, setup=_uad_setup(assistant, n, defaults), **uad)
     for k in args.k:
-        methods[f"specloop-smollm2-chain-k{k}"] = _spec_runner(target, drafter, FixedDraftPolicy(k))
+        methods[f"specloop-smollm2-chain-k{k}"] = _spec_runner(None, target, drafter, FixedDraftPolicy(k))
     shape = f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1)) + f",v={args.tree_nodes}"
-    methods["specloop-ngram-tree"] = _spec_runner(target, NGramDrafter(max_matches=args.tree_width),
+    methods["specloop-ngram-tree"] = _spec_runner(None, target, NGramDrafter(max_matches=args.tree_width),
                                                   FixedDraftPolicy(args.tree_depth, parse_tree_shape(shape)))
     return methods
 

@@ -31,6 +31,9 @@ def register(subparsers) -> None:
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--verify-widths", choices=["none", "auto"], default="none",
+                        help="auto: pad verify blocks to the width this device runs fastest "
+                             "(calibrated once; the output is unchanged)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
@@ -90,7 +93,9 @@ def run(args) -> int:
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     ids = encode_prompt(target.tokenizer, args.prompt, args.raw)
     drafter = make_drafter(args.draft, target, dtype=args.dtype, device=args.device)
-    decoder = SpeculativeDecoder(target, drafter, policy=policy, sampling=sampling, seed=args.seed)
+    decoder = SpeculativeDecoder(target, drafter, policy=policy, sampling=sampling, seed=args.seed,
+                                 verify_widths=None if args.verify_widths == "none" else "auto")
+    decoder.calibrate()                                # before any timing
     stream = _Streamer(target.tokenizer, enabled=not args.json)
     t0 = time.perf_counter()
     result = decoder.generate(ids, args.max_new_tokens, on_tokens=stream)
@@ -106,6 +111,7 @@ def run(args) -> int:
         "acceptance_rate": result.trace.acceptance_rate() if len(result.trace) else None,
         "rounds": len(result.trace), "stop_reason": result.stop_reason,
         "target": args.target, "draft": args.draft, "tree": args.tree, "dtype": args.dtype,
+        "verify_widths": {str(n): w for n, w in decoder.calibrate().items()},
     }
     status = 0
     if not args.no_baseline or args.check_greedy:
