@@ -506,7 +506,8 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
     2023 / Leviathan et al. 2023 per sibling): at the current node with target
     p_cur, for each child x in order with proposal q_i (``proposal``: 0 = q
     i.i.d., 1 = q renormalised without the earlier siblings, 2 = point mass on x)
-    accept with probability min(1, p_cur(x)/q_i(x)); on acceptance move to the
+    accept with probability min(1, p_cur(x)/q_i(x)) (proposal 1: q_i = q / the sum of
+    q over the tokens not drawn yet, as the drafter drew it); on acceptance move to the
     child; on rejection set p_cur <- norm(max(0, p_cur - q_i)) and try the next
     sibling. If no child is accepted draw the final token from p_cur. Each sibling
     step is a speculative-sampling step for target p_cur, so the committed token
@@ -521,6 +522,7 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
         tokens_out: int64 (R, D + 1) committed tokens (path + final), -1 padded.
     """
     V = p_table.shape[1]
+    drawn = np.zeros(V, np.bool_)   # earlier siblings at the current node (proposal 1)
     for r in range(num_nodes.shape[0]):
         for j in range(tokens_out.shape[1]):
             tokens_out[r, j] = -1
@@ -544,7 +546,7 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
                 continue
             for i in range(V):
                 work[i] = p_table[c, i]
-            removed = 0.0
+                drawn[i] = False
             nxt = -1
             for i in range(cur + 1, num_nodes[r] + 1):
                 if parent[r, i] != cur:
@@ -555,7 +557,12 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
                     total += work[v]
                 for v in range(V):
                     work[v] /= total
-                denom = (1.0 - removed) if proposal == 1 else 1.0
+                denom = 1.0
+                if proposal == 1:   # the mass q had left when x was drawn (summed, not
+                    denom = 0.0     # 1 - removed: that cancels to 0 when q's head is gone)
+                    for v in range(V):
+                        if not drawn[v]:
+                            denom += q_table[c, v]
                 qx = 1.0 if proposal == 2 else q_table[c, x] / denom
                 if u_accept[r, i] < work[x] / qx:
                     nxt = i
@@ -568,8 +575,7 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
                     for v in range(V):
                         d = work[v] - q_table[c, v] / denom
                         work[v] = d if d > 0.0 else 0.0
-                if proposal == 1:
-                    removed += q_table[c, x]
+                drawn[x] = True
             if nxt < 0:
                 tokens_out[r, depth] = _sample_linear(work, u_final[r])
                 break

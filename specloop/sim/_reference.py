@@ -107,21 +107,21 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
                 cur, depth = int(hits[0]), depth + 1
                 continue
             p_cur = p_table[c].copy()
-            removed, nxt = 0.0, -1
+            drawn, nxt = set(), -1
             for i in children:
                 x = int(token[r, i])
                 p_cur = p_cur / p_cur.sum()
                 if proposal == 2:
                     q_i = np.zeros_like(p_cur)
                     q_i[x] = 1.0
-                else:
-                    q_i = q_table[c] / ((1.0 - removed) if proposal == 1 else 1.0)
+                else:   # proposal 1: q over the mass left when x was drawn (summed in order)
+                    left = sum(float(q_table[c, v]) for v in range(q_table.shape[1]) if v not in drawn)
+                    q_i = q_table[c] / (left if proposal == 1 else 1.0)
                 if u_accept[r, i] < p_cur[x] / q_i[x]:
                     nxt = int(i)
                     break
                 p_cur = np.maximum(p_cur - q_i, 0.0)
-                if proposal == 1:
-                    removed += q_table[c, x]
+                drawn.add(x)
             if nxt < 0:
                 tokens_out[r, depth] = _sample_linear(p_cur, u_final[r])
                 break
