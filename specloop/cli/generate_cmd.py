@@ -95,7 +95,7 @@ def run(args) -> int:
     drafter = make_drafter(args.draft, target, dtype=args.dtype, device=args.device)
     decoder = SpeculativeDecoder(target, drafter, policy=policy, sampling=sampling, seed=args.seed,
                                  verify_widths=None if args.verify_widths == "none" else "auto")
-    decoder.calibrate()                                # before any timing
+    widths = decoder.calibrate()                       # before any timing
     stream = _Streamer(target.tokenizer, enabled=not args.json)
     t0 = time.perf_counter()
     result = decoder.generate(ids, args.max_new_tokens, on_tokens=stream)
@@ -111,7 +111,7 @@ def run(args) -> int:
         "acceptance_rate": result.trace.acceptance_rate() if len(result.trace) else None,
         "rounds": len(result.trace), "stop_reason": result.stop_reason,
         "target": args.target, "draft": args.draft, "tree": args.tree, "dtype": args.dtype,
-        "verify_widths": {str(n): w for n, w in decoder.calibrate().items()},
+        "verify_widths": {str(n): w for n, w in widths.items()},
     }
     status = 0
     if not args.no_baseline or args.check_greedy:

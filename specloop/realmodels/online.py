@@ -272,15 +272,19 @@ class FeatureHeadObjective(_Objective):
             logp = torch.log_softmax(logits[live].float(), -1)
             rows = torch.stack([samples[i].target_rows[depth] for i in live]).to(device)
             probs = torch.stack([samples[i].target_probs[depth] for i in live]).to(device)
-            picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
-            sums = sums.index_add(0, torch.tensor(live, device=device), -(probs * picked).sum(-1))
+            sums = sums.index_add(0, torch.tensor(live, device=device), _row_cross_entropy(logp, rows, probs))
         return sums, lengths
 
 
-def _cross_entropy(logp: torch.Tensor, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
-    """Sum over rows of -sum_j probs[j] log q[rows[j]] (rows -1 = padding)."""
+def _row_cross_entropy(logp: torch.Tensor, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Per row: -sum_j probs[j] log q[rows[j]] (rows -1 = padding); (n,)."""
     picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
-    return -(probs * picked).sum()
+    return -(probs * picked).sum(-1)
+
+
+def _cross_entropy(logp: torch.Tensor, rows: torch.Tensor, probs: torch.Tensor) -> torch.Tensor:
+    """Sum over rows of `_row_cross_entropy`."""
+    return _row_cross_entropy(logp, rows, probs).sum()
 
 
 class SmallLMObjective(_Objective):
@@ -421,8 +425,7 @@ class EagleObjective(_Objective):
             probs = torch.cat([samples[b].target_probs[mask] for b, mask in parts]).to(device)
             logits = self.drafter.draft_logits(hidden[s - 1][batch.to(device), index.to(device)])
             logp = torch.log_softmax(logits.float(), -1)
-            picked = logp.gather(-1, rows.clamp_min(0)) * (rows >= 0)
-            sums = sums.index_add(0, batch.to(device), -(probs * picked).sum(-1))
+            sums = sums.index_add(0, batch.to(device), _row_cross_entropy(logp, rows, probs))
         return sums, [int(smp.steps.numel()) for smp in samples]
 
 

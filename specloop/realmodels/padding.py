@@ -8,7 +8,8 @@ verification forward of 3 tokens 118 ms against 87 ms for 4 and 83 ms for 8
 (``benchmarks/results/decode_heads_verify_cost.json``); bfloat16 grows smoothly.
 `calibrate_verify_widths` times the target's own verification forward for each
 width on the device in use and maps every block size n to the width w >= n with the
-smallest median time (n itself unless w saves at least ``min_gain``).
+smallest time (fastest of several interleaved repeats; n itself unless w saves at
+least ``min_gain``).
 `pad_block` appends the w - n dummy nodes: leaves hanging off the pending token,
 which no real node attends to, so the real rows' logits are those of the unpadded
 block; the decoder drops the dummies' logits and cache entries. Lossless by
@@ -62,11 +63,11 @@ def pad_block(tokens: torch.Tensor, parents: torch.Tensor, width: int, filler: i
             torch.cat([parents.long(), torch.full((pad,), -1, dtype=torch.long)]))
 
 
-@torch.no_grad()
 def _time_widths(model, cache, max_width: int, repeats: int, sync) -> dict[int, float]:
     """Fastest of ``repeats`` timed verification forwards (a chain) per width
     1..max_width, the widths interleaved within each repeat so that drift in the
-    machine's speed falls on all of them alike; one untimed warm-up pass first."""
+    machine's speed falls on all of them alike; one untimed warm-up pass first
+    (`model_forward` runs under inference mode)."""
     param = next(model.parameters())
     context = cache_length(cache)
     best = {w: float("inf") for w in range(1, max_width + 1)}

@@ -114,9 +114,11 @@ def tree_verify_kernel(p_table, q_table, parent, token, node_ctx, num_nodes, pro
                 if proposal == 2:
                     q_i = np.zeros_like(p_cur)
                     q_i[x] = 1.0
-                else:   # proposal 1: q over the mass left when x was drawn (summed in order)
-                    left = sum(float(q_table[c, v]) for v in range(q_table.shape[1]) if v not in drawn)
-                    q_i = q_table[c] / (left if proposal == 1 else 1.0)
+                elif proposal == 1:   # q over the mass left when x was drawn (summed in order)
+                    q_i = q_table[c] / sum(float(q_table[c, v]) for v in range(q_table.shape[1])
+                                           if v not in drawn)
+                else:
+                    q_i = q_table[c]
                 if u_accept[r, i] < p_cur[x] / q_i[x]:
                     nxt = int(i)
                     break
