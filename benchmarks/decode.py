@@ -116,7 +116,7 @@ def _head_methods(target, args) -> dict:
     tree = parse_tree_shape(args.head_tree)
     for kind in args.heads:
         try:
-            drafter = make_drafter(kind, target, train_if_missing=False, progress=False)
+            drafter = make_drafter(kind, target, train_if_missing=False, progress=False, dtype=args.current_dtype)
         except FileNotFoundError as exc:
             print(f"skipping {kind}: {exc}", file=sys.stderr)
             continue
@@ -124,7 +124,8 @@ def _head_methods(target, args) -> dict:
             methods[f"specloop-{kind}-chain-k{k}"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(k))
         methods[f"specloop-{kind}-tree"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(tree.max_depth, tree))
     if "eagle3" in args.heads:
-        hybrid = make_drafter("hybrid", target, head="eagle3", train_if_missing=False, progress=False)
+        hybrid = make_drafter("hybrid", target, head="eagle3", train_if_missing=False, progress=False,
+                              dtype=args.current_dtype)
         methods["specloop-hybrid-tree"] = _spec_runner(args.current_widths, target, hybrid, FixedDraftPolicy(tree.max_depth, tree))
     return methods
 

@@ -1,7 +1,8 @@
 """Registers the trained-head drafters with the decoder's drafter registry.
 
 Imported lazily by `specloop.realmodels.drafters.registry`. Names: ``eagle``,
-``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none is saved),
+``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none is saved; option
+``dtype`` = the head's drafting dtype, default float32),
 ``hybrid`` (prompt lookup, else the EAGLE head; option ``head="eagle3"`` to use
 EAGLE-3). Factories accept and ignore unknown options. Medusa / Hydra / small-LM
 drafters register from their own modules when they provide ``register_drafters()``.
@@ -23,6 +24,8 @@ def _head_options(options: dict) -> dict:
         keep["train_if_missing"] = bool(options["train_if_missing"])
     if "progress" in options:
         keep["progress"] = bool(options["progress"])
+    if options.get("dtype") is not None:
+        keep["dtype"] = options["dtype"]
     return keep
 
 
