@@ -36,26 +36,10 @@ import torch
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, DraftStep, PlanState, TreeCandidates, TreePlan
-from specloop.strategies.ltd import LTDConfig
+from specloop.strategies.ltd import LTDConfig, layer_step, select_subtree
 
 __all__ = ["LTDTreeDrafter", "calibrate_layer_costs", "RealHarness", "RealTreeEngine",
-           "make_real_depth_env", "make_real_size_env", "fine_tune", "real_eval", "select_subtree"]
-
-
-def select_subtree(depths: np.ndarray, parents: np.ndarray, probs: np.ndarray, depth: int,
-                   verify_size: int) -> np.ndarray:
-    """Indices (ascending) of the best ``verify_size`` nodes of depth <= ``depth`` by
-    cumulative probability (ties: shallower, then earlier), plus any missing ancestor
-    (so the set is a tree even under floating-point ties)."""
-    nodes = np.flatnonzero(depths <= depth)
-    order = nodes[np.lexsort((nodes, depths[nodes], -probs[nodes]))][: max(1, int(verify_size))]
-    chosen = set(int(i) for i in order)
-    for i in list(chosen):
-        j = int(parents[i])
-        while j >= 0 and j not in chosen:
-            chosen.add(j)
-            j = int(parents[j])
-    return np.asarray(sorted(chosen), dtype=np.int64)
+           "make_real_depth_env", "make_real_size_env", "fine_tune", "real_eval", "select_subtree"]  # select_subtree: re-exported from strategies.ltd
 
 
 def _subset(proposal: DraftProposal, keep: np.ndarray) -> DraftProposal:
@@ -123,9 +107,7 @@ class LTDTreeDrafter:
         depth = 1
         hook = getattr(self.policy, "continue_drafting", None)
         while True:
-            layer = np.sort(probs[depths == depth])[::-1]
-            cond = layer[0] / max(float(probs[parents[depths == depth]].max()) if depth > 1 else 1.0, 1e-300)
-            step = DraftStep(depth, length, layer[: self.config.top_k].copy(), float(layer[0]), float(min(cond, 1.0)))
+            step = layer_step(depths, parents, probs, depth, length, self.config.top_k)
             go = hook(step) if hook is not None else True
             if not go or depth >= min(cap, drafted):
                 break
@@ -437,7 +419,7 @@ def _harness(args, config: LTDConfig, split: str, native: bool = False) -> RealH
 
     torch.manual_seed(args.seed)
     target = load_model("smollm2-135m", dtype=args.dtype)
-    base = make_drafter(args.drafter or "eagle", target, train_if_missing=False, progress=False)
+    base = make_drafter(args.drafter or "eagle", target, train_if_missing=False, progress=False, dtype=args.dtype)
     return RealHarness(target, base, _prompt_ids(target, split, args.prompts), config, args.max_new_tokens,
                        seed=args.seed, native=native)
 
@@ -480,15 +462,20 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     sim-trained LTD and its ablations, and the real-fine-tuned LTD (transfer)."""
     import json
 
-    from specloop.strategies.ltd import LTDPolicy, load_policy, variant_name
+    from specloop.strategies.ltd import load_policy, variant_name
     grid_file = args.out / "ltd_grid_real.json"
     if getattr(args, "reuse_grid", False) and grid_file.is_file():
         saved = json.loads(grid_file.read_text())
         best, grid = saved["best"], saved["grid"]
     else:
         tune = _harness(args, config, "warmup", native=_native(args))
-        depths = [d for d in REAL_GRID_DEPTHS if d <= tune.max_depth]
-        best, grid = grid_search(lambda p: tune.run(p), config, depths, [s for s in config.verify_sizes if s >= 4])
+        pairs = getattr(args, "grid_pairs", None)       # (D, V) candidates preselected by the CLI
+        if pairs:
+            best, grid = grid_search(lambda p: tune.run(p), config, pairs=pairs)
+        else:
+            depths = [d for d in REAL_GRID_DEPTHS if d <= tune.max_depth]
+            best, grid = grid_search(lambda p: tune.run(p), config, depths,
+                                     [s for s in config.verify_sizes if s >= 4])
         args.out.mkdir(parents=True, exist_ok=True)
         grid_file.write_text(json.dumps({"best": best, "grid": grid, "prompts": args.prompts,
                                          "max_new_tokens": args.max_new_tokens, "dtype": args.dtype}, indent=2))
@@ -497,13 +484,14 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     name = args.policy or "ltd-sim"
     ltd = load_policy(name)
     harness = _harness(args, ltd.config, "heldout", native=_native(args))
-    best_tps = harness.run(LTDPolicy(ltd.config, static_depth=best["depth"],
-                                     static_verify_size=best["verify_size"]))[0].tokens_per_second()
     policies = ablations(ltd, load_optional(variant_name(name, "-independent")), best)
     tuned = load_optional("ltd-real")
     if tuned is not None:
         policies["LTD fine-tuned on the real decoder"] = tuned
-    rows, decisions = evaluate_rows(harness.run, policies, best_tps)
+    for extra in [n.strip() for n in (getattr(args, "extra_policies", "") or "").split(",") if n.strip()]:
+        policies[extra] = load_policy(extra)
+    # the first policy is the grid-best static tree: every row is measured against it in the same passes
+    rows, decisions = evaluate_rows(harness.run, policies, None, repeats=getattr(args, "repeats", 1))
     for row in rows:
         row["speedup_vs_autoregressive"] = row["tokens_per_s"] * harness.target_time
     overhead = _real_overhead(harness, ltd)
@@ -511,7 +499,8 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
              "policy_overhead": overhead, "autoregressive_step_s": harness.target_time,
              "layer_costs_s": harness.layer_costs.tolist(), "prompts": args.prompts,
              "max_new_tokens": args.max_new_tokens, "dtype": args.dtype, "drafter": args.drafter or "eagle",
-             "hooks": "native" if harness.native else "emulated"},
+             "hooks": "native" if harness.native else "emulated", "repeats": getattr(args, "repeats", 1),
+             "grid_pairs": getattr(args, "grid_pairs", None)},
             decisions)
 
 

@@ -45,7 +45,7 @@ from specloop.strategies.policies import _PolicyBase, check_k
 __all__ = [
     "LTDConfig", "MLPActor", "LTDPolicy", "depth_observation", "size_observation",
     "save_policy", "load_policy", "policy_path", "variant_name", "ltd_cache_dir", "PRETRAINED_DIR",
-    "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "cycle_reward",
+    "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "PAPER_REWARDS", "cycle_reward", "select_subtree", "layer_step",
 ]
 
 FILE_FORMAT_VERSION = 1
@@ -110,11 +110,14 @@ class LTDConfig:
         return cls(**{**data, "verify_sizes": tuple(data["verify_sizes"])})
 
 
-REWARDS = ("throughput", "accepted_length", "time_cost")
+REWARDS = ("throughput", "accepted_length", "time_cost", "net_tokens")
+PAPER_REWARDS = REWARDS[:3]          # LTD's reward and its two ablations
 
 
-def cycle_reward(record: RoundRecord, kind: str = "throughput", scale: float = 1.0) -> float:
-    """LTD's per-cycle reward from a round record, and the two ablation rewards.
+def cycle_reward(record: RoundRecord, kind: str = "throughput", scale: float = 1.0,
+                 rate: float | None = None) -> float:
+    """LTD's per-cycle reward from a round record, its two ablation rewards, and a
+    net-token reward for the total throughput.
 
     * ``"throughput"`` (LTD): n_t / (draft_time + verify_time) * scale, n_t the
       committed tokens (`RoundRecord.tokens_per_round`, L_A of the paper) and the
@@ -122,10 +125,17 @@ def cycle_reward(record: RoundRecord, kind: str = "throughput", scale: float = 1
       the reward is the cycle's tokens per target-forward time (a unitless speedup).
     * ``"accepted_length"``: n_t (the acceptance-length reward of LTD's ablation).
     * ``"time_cost"``: -(draft_time + verify_time) / scale (the time-cost reward).
+    * ``"net_tokens"``: n_t - rate * (draft_time + verify_time) / scale, the tokens
+      a cycle commits beyond what ``rate`` (tokens per target-forward time, e.g. the
+      best static tree's speedup) would commit in the same time. The summed reward
+      is Dinkelbach's parametric form of the ratio objective sum n_t / sum T_t, the
+      decoder's throughput: at the optimal rate its maximiser maximises throughput.
+      LTD's per-cycle ratio instead maximises the *mean of ratios*, which rewards
+      cheap cycles whatever they commit.
 
     Raises:
-        ValueError: unknown kind, non-positive scale, or a zero-time round for
-            the throughput / time rewards.
+        ValueError: unknown kind, non-positive scale, a zero-time round for the
+            throughput / time rewards, or net_tokens without a rate > 0.
     """
     if kind not in REWARDS:
         raise ValueError(f"unknown reward {kind!r}; expected one of {REWARDS}")
@@ -138,6 +148,10 @@ def cycle_reward(record: RoundRecord, kind: str = "throughput", scale: float = 1
         raise ValueError("a round with zero draft + verify time has no throughput reward")
     if kind == "time_cost":
         return -seconds / scale
+    if kind == "net_tokens":
+        if rate is None or not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"the net_tokens reward needs a rate > 0 (tokens per target forward), got {rate}")
+        return record.tokens_per_round - rate * seconds / scale
     return record.tokens_per_round / seconds * scale
 
 
@@ -195,6 +209,54 @@ def size_observation(candidates: TreeCandidates, config: LTDConfig) -> np.ndarra
     obs[:2] = _head(candidates.depth, candidates.context_length, config)
     obs[2:] = _padded(probs, config.size_obs_dim - 2)
     return obs
+
+
+def select_subtree(depths: np.ndarray, parents: np.ndarray, probs: np.ndarray, depth: int,
+                   verify_size: int) -> np.ndarray:
+    """The nodes a size policy's V selects from an EAGLE-2 tree drafted to ``depth``.
+
+    Args:
+        depths: int (n,) node depths (1 = child of the pending token).
+        parents: int (n,) parent index, -1 for depth-1 nodes.
+        probs: float (n,) cumulative draft probabilities (EAGLE-2's ranking score).
+        depth: D, nodes deeper than D are ignored (tokens, >= 1).
+        verify_size: V, nodes kept (>= 1; fewer when the tree is smaller).
+
+    Returns:
+        int64 indices (ascending) of the best ``verify_size`` nodes of depth <= D by
+        cumulative probability (ties: shallower, then earlier), plus any missing
+        ancestor, so the set is a tree even under floating-point ties.
+    """
+    nodes = np.flatnonzero(depths <= depth)
+    order = nodes[np.lexsort((nodes, depths[nodes], -probs[nodes]))][: max(1, int(verify_size))]
+    chosen = set(int(i) for i in order)
+    for i in list(chosen):
+        j = int(parents[i])
+        while j >= 0 and j not in chosen:
+            chosen.add(j)
+            j = int(parents[j])
+    return np.asarray(sorted(chosen), dtype=np.int64)
+
+
+def layer_step(depths: np.ndarray, parents: np.ndarray, probs: np.ndarray, depth: int, context_length: int,
+               top_k: int) -> DraftStep:
+    """The `DraftStep` a depth policy sees after drafting layer ``depth`` of an
+    EAGLE-2 tree (the same values the tree drafters pass to ``continue_drafting``).
+
+    Args: as `select_subtree`; ``context_length`` L in tokens; ``top_k`` candidate
+    probabilities kept.
+
+    Returns:
+        DraftStep(D, L, the layer's top_k cumulative probabilities sorted
+        descending, the best of them, best / best parent probability (1 at D = 1),
+        capped at 1).
+    """
+    at = depths == depth
+    layer = np.sort(probs[at])[::-1]
+    best = float(layer[0]) if layer.size else 0.0
+    parent_best = float(probs[parents[at]].max()) if depth > 1 and layer.size else 1.0
+    cond = min(best / max(parent_best, 1e-300), 1.0)
+    return DraftStep(int(depth), int(context_length), layer[:top_k].copy(), best, cond)
 
 
 class MLPActor(nn.Module):
@@ -304,7 +366,8 @@ class LTDPolicy(_PolicyBase):
         depth_actor: `MLPActor` (2 actions: 0 stop, 1 continue) or None = draft to
             ``static_depth``.
         size_actor: `MLPActor` (len(verify_sizes) actions) or None = ``static_verify_size``.
-        static_depth: D used without a depth actor (tokens, 1..max_depth).
+        static_depth: D used without a depth actor (tokens, 1..max_depth; default
+            min(6, max_depth)).
         static_verify_size: V used without a size actor (nodes, >= 1).
         deterministic: argmax actions (default) or sampled from the actor's softmax
             with the policy's own generator.
@@ -318,11 +381,13 @@ class LTDPolicy(_PolicyBase):
     _fields = ("decisions",)
 
     def __init__(self, config: LTDConfig | None = None, depth_actor: MLPActor | None = None,
-                 size_actor: MLPActor | None = None, static_depth: int = 6,
+                 size_actor: MLPActor | None = None, static_depth: int | None = None,
                  static_verify_size: int = 16, deterministic: bool = True, seed: int | None = 0,
                  name: str = "ltd"):
         super().__init__(seed)
         self.config = config or LTDConfig()
+        if static_depth is None:
+            static_depth = min(6, self.config.max_depth)
         self.static_depth = check_k(static_depth, "static_depth", 1)
         if self.static_depth > self.config.max_depth:
             raise ValueError(f"static_depth {static_depth} exceeds config.max_depth {self.config.max_depth}")

@@ -75,16 +75,16 @@ DepthChooser = Callable[[DraftStep], bool]
 class _EnvBase(gym.Env):
     metadata = {"render_modes": []}
 
-    def __init__(self, engine: LTDEngine, reward: str, obs_dim: int):
+    def __init__(self, engine: LTDEngine, reward: str, obs_dim: int, reward_rate: float | None = None):
         super().__init__()
         self.engine = engine
         self.config = engine.config
-        self.reward_kind = reward
-        cycle_reward(RoundRecord(0, 0, 1, 1, 2, 0, 1, 1.0, 1.0), reward, 1.0)   # validates the kind
+        self.reward_kind, self.reward_rate = reward, reward_rate
+        cycle_reward(RoundRecord(0, 0, 1, 1, 2, 0, 1, 1.0, 1.0), reward, 1.0, reward_rate)   # validates them
         self.observation_space = gym.spaces.Box(0.0, 4.0, shape=(obs_dim,), dtype=np.float32)
 
     def _reward(self, record: RoundRecord) -> float:
-        return cycle_reward(record, self.reward_kind, self.engine.target_time)
+        return cycle_reward(record, self.reward_kind, self.engine.target_time, self.reward_rate)
 
     def _truncated(self) -> bool:
         return bool(self.engine.episode_done)
@@ -99,12 +99,12 @@ class DepthEnv(_EnvBase):
             None = ``fixed_verify_size`` (LTD trains the depth policy under V = 60 on
             a GPU; scaled here).
         fixed_verify_size: V without a chooser (nodes).
-        reward: a kind of `cycle_reward`.
+        reward: a kind of `cycle_reward`; reward_rate: its ``rate`` (net_tokens).
     """
 
     def __init__(self, engine: LTDEngine, size_chooser: SizeChooser | None = None,
-                 fixed_verify_size: int = 16, reward: str = "throughput"):
-        super().__init__(engine, reward, engine.config.depth_obs_dim)
+                 fixed_verify_size: int = 16, reward: str = "throughput", reward_rate: float | None = None):
+        super().__init__(engine, reward, engine.config.depth_obs_dim, reward_rate)
         self.action_space = gym.spaces.Discrete(2)
         self.size_chooser = size_chooser
         self.fixed_verify_size = int(fixed_verify_size)
@@ -146,12 +146,12 @@ class SizeEnv(_EnvBase):
             `LTDPolicy.continue_drafting`); None = a uniform random depth in
             1..max_depth per cycle, drawn from the env's generator (LTD's initial
             size training).
-        reward: a kind of `cycle_reward`.
+        reward: a kind of `cycle_reward`; reward_rate: its ``rate`` (net_tokens).
     """
 
     def __init__(self, engine: LTDEngine, depth_chooser: DepthChooser | None = None,
-                 reward: str = "throughput"):
-        super().__init__(engine, reward, engine.config.size_obs_dim)
+                 reward: str = "throughput", reward_rate: float | None = None):
+        super().__init__(engine, reward, engine.config.size_obs_dim, reward_rate)
         self.action_space = gym.spaces.Discrete(len(engine.config.verify_sizes))
         self.depth_chooser = depth_chooser
 
@@ -265,9 +265,11 @@ class CoTrainSchedule:
 
 
 def co_train(make_engine: Callable[[], LTDEngine], config: LTDConfig, schedule: CoTrainSchedule,
-             seed: int = 0, reward: str = "throughput", log: Callable[[str], None] = print) -> dict:
+             seed: int = 0, reward: str = "throughput", log: Callable[[str], None] = print,
+             reward_rate: float | None = None) -> dict:
     """LTD's training: initial depth (fixed V) and size (random depths) policies,
-    then ``schedule.rounds`` alternating rounds.
+    then ``schedule.rounds`` alternating rounds, on the `cycle_reward` ``reward``
+    (``reward_rate``: its rate, for net_tokens).
 
     Returns:
         dict with ``"ltd"`` (co-trained `LTDPolicy`), ``"independent"`` (the two
@@ -284,15 +286,15 @@ def co_train(make_engine: Callable[[], LTDEngine], config: LTDConfig, schedule: 
         log(f"LTD stage {len(stages)}: {kind} policy, {steps} steps, {seconds:.1f} s")
         return actor
 
-    depth0 = run("depth", DepthEnv(make_engine(), None, schedule.fixed_verify_size, reward), schedule.depth_steps)
-    size0 = run("size", SizeEnv(make_engine(), None, reward), schedule.size_steps)
+    rw = {"reward": reward, "reward_rate": reward_rate}
+    depth0 = run("depth", DepthEnv(make_engine(), None, schedule.fixed_verify_size, **rw), schedule.depth_steps)
+    size0 = run("size", SizeEnv(make_engine(), None, **rw), schedule.size_steps)
     depth, size = depth0, size0
     for _ in range(schedule.rounds):
         fixed_size = LTDPolicy(config, None, size, static_verify_size=schedule.fixed_verify_size)
-        depth = run("depth", DepthEnv(make_engine(), fixed_size.verify_size, reward=reward),
-                    schedule.co_depth_steps, depth)
+        depth = run("depth", DepthEnv(make_engine(), fixed_size.verify_size, **rw), schedule.co_depth_steps, depth)
         fixed_depth = LTDPolicy(config, depth, None)
-        size = run("size", SizeEnv(make_engine(), fixed_depth.continue_drafting, reward), schedule.co_size_steps, size)
+        size = run("size", SizeEnv(make_engine(), fixed_depth.continue_drafting, **rw), schedule.co_size_steps, size)
     static = {"static_verify_size": schedule.fixed_verify_size}
     return {"ltd": LTDPolicy(config, depth, size, name="ltd", **static),
             "independent": LTDPolicy(config, depth0, size0, name="ltd-independent", **static),

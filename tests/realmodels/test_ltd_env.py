@@ -54,7 +54,7 @@ class BigramTreeDrafter(BaseDrafter):
             frontier = sorted(layer, key=lambda x: -x[2])[:k]
             if not policy_continues(request, level, [p for _, _, p in layer], parent_best):
                 break
-        size = policy_verify_size(request, level, probs, len(tokens))
+        size = policy_verify_size(request, level, probs, min(tree.verify_size or len(tokens), len(tokens)))
         keep = np.sort(np.argsort(-np.asarray(probs), kind="stable")[:size])
         remap = {int(old): new for new, old in enumerate(keep)}
         return DraftProposal(torch.tensor([tokens[i] for i in keep]),
@@ -184,3 +184,18 @@ def test_real_env_seeded_determinism_of_observations(harness):
         runs.append(out)
     for a, b in zip(*runs):
         np.testing.assert_array_equal(a, b)
+
+
+def test_round_costs_are_timed_on_decoder_rounds(harness):
+    """`measure_round_costs`: per-depth draft seconds and a non-decreasing verify
+    table over every token count, from real rounds of the tiny target."""
+    from specloop.realmodels.ltd_record import measure_round_costs
+
+    costs = measure_round_costs(harness.target, harness.base, harness.prompts[0], CFG, max_depth=3, max_verify=8,
+                                repeats=1, tokens=6)
+    layer, verify = costs["layer_seconds"], costs["verify_seconds"]
+    assert layer.shape == (4,) and layer[0] == 0 and (layer[1:] > 0).all() and (np.diff(layer) >= 0).all()
+    assert verify.shape == (10,) and verify[0] == 0 and (verify[1:] > 0).all() and (np.diff(verify[1:]) >= 0).all()
+    assert 1 in costs["points"] and max(costs["points"]) <= 9 and costs["round_overhead_s"] >= 0
+    with pytest.raises(ValueError, match="max_depth"):
+        measure_round_costs(harness.target, harness.base, harness.prompts[0], CFG, max_depth=0, max_verify=8)

@@ -84,6 +84,28 @@ def test_cycle_reward_is_throughput_from_the_record():
         cycle_reward(rec, "speed")
     with pytest.raises(ValueError, match="zero"):
         cycle_reward(RoundRecord(0, 0, 0, 0, 1, 0, 1), "throughput")
+    assert cycle_reward(rec, "net_tokens", 0.033, rate=1.5) == pytest.approx(3 - 1.5 * 0.056 / 0.033)
+    with pytest.raises(ValueError, match="rate"):
+        cycle_reward(rec, "net_tokens", 0.033)
+
+
+def test_net_token_reward_ranks_policies_by_total_throughput():
+    """Dinkelbach: with the rate set to a policy mix's throughput, the summed
+    net-token reward is positive exactly for mixes with a higher total throughput,
+    while the mean per-cycle ratio can rank them the other way."""
+    cheap = [RoundRecord(0, 0, 1, 1, 2, 0, 1, 0.001, 0.009)] * 5 + [RoundRecord(0, 0, 9, 9, 10, 9, 10, 0.1, 0.4)]
+    steady = [RoundRecord(0, 0, 2, 2, 3, 1, 2, 0.004, 0.036)] * 10
+
+    def total(rs):
+        return sum(r.tokens_per_round for r in rs) / sum(r.draft_time + r.verify_time for r in rs)
+
+    def mean_ratio(rs):
+        return sum(cycle_reward(r) for r in rs) / len(rs)
+
+    assert total(steady) > total(cheap) and mean_ratio(cheap) > mean_ratio(steady)    # 50 > 27; 87 > 50
+    rate = total(cheap) * 0.033                       # tokens per target forward of the cheap mix
+    assert sum(cycle_reward(r, "net_tokens", 0.033, rate) for r in steady) > 0
+    assert sum(cycle_reward(r, "net_tokens", 0.033, rate) for r in cheap) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_actor_shape_checks():
