@@ -32,11 +32,11 @@ import numpy as np
 
 # specloop.strategies.ltd (torch) and everything heavier are imported inside the
 # command functions, so building the parser (`specloop --help`) stays light.
-__all__ = ["register", "evaluate_rows", "grid_search_static", "REWARD_CHOICES"]
+__all__ = ["register", "evaluate_rows", "grid_search_static", "add_extra_policies", "REWARD_CHOICES"]
 
 DEFAULT_OUT = Path("results/ltd")
 # = specloop.strategies.ltd.REWARDS (tests/cli/test_ltd_cmd.py keeps them equal)
-REWARD_CHOICES = ("throughput", "accepted_length", "time_cost")
+REWARD_CHOICES = ("throughput", "accepted_length", "time_cost", "net_tokens")
 
 
 def register(subparsers) -> None:
@@ -56,7 +56,12 @@ def register(subparsers) -> None:
                        help="PPO rollout length (default LTD's 2048; smaller for quick runs)")
     train.add_argument("--fixed-verify-size", type=int, default=12,
                        help="V while the depth policy trains alone (LTD: 60 on a GPU)")
-    train.add_argument("--reward", choices=REWARD_CHOICES, default="throughput")
+    train.add_argument("--reward", choices=REWARD_CHOICES, default="throughput",
+                       help="throughput: LTD's per-cycle tokens / second; net_tokens: tokens - rate x time "
+                            "(Dinkelbach form of the total throughput; see strategies.ltd.cycle_reward)")
+    train.add_argument("--reward-rate", type=float, default=None,
+                       help="(net_tokens) tokens per target-forward time to beat; default (replay): the best "
+                            "static tree's on the recording")
     train.add_argument("--reward-ablation", action="store_true",
                        help="also train size policies on the other rewards (saved as <name>-size-<reward>)")
     train.add_argument("--ablation-only", action="store_true",
@@ -77,11 +82,36 @@ def register(subparsers) -> None:
                     help="(real) native: the drafter itself stops at the depth policy's answer and verifies the "
                          "size policy's V (all times wall clock); emulated: draft to the cap and charge calibrated "
                          "layer costs (what the PPO environments do)")
+    ev.add_argument("--extra-policies", default="",
+                    help="comma-separated policy names / paths evaluated as extra rows (e.g. another reward)")
+    ev.add_argument("--tune-replay", type=Path, default=None,
+                    help="(replay) recording the static trees are grid-searched on (default <out>/replay-warmup)")
+    ev.add_argument("--grid-from-replay", type=Path, default=None,
+                    help="(real) grid-search the static trees on this recording and re-measure only the best "
+                         "--grid-top of them on the real decoder")
+    ev.add_argument("--grid-top", type=int, default=6, help="(real, with --grid-from-replay) static trees re-measured")
+    ev.add_argument("--repeats", type=int, default=1,
+                    help="(real) passes over the prompts, the policies interleaved within each pass")
     ev.set_defaults(func=_eval)
+    rec = sub.add_parser("record", help="record every position's draft tree and target tokens on the real "
+                                        "decoder, for --env replay (resumable)")
+    _common(rec)
+    rec.add_argument("--split", default="warmup", help="HumanEval split of the prompts (warmup / heldout)")
+    rec.add_argument("--max-depth", type=int, default=8, help="tree depth drafted at every position (tokens)")
+    rec.add_argument("--max-verify", type=int, default=48, help="largest verification size V replayable (nodes)")
+    rec.add_argument("--top-k", type=int, default=6, help="EAGLE-2 tree width")
+    rec.add_argument("--costs-from", type=Path, default=None,
+                     help="copy costs.json from this recording (same target, drafter, machine) instead of timing")
+    rec.set_defaults(func=_record)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--env", choices=("sim", "real"), default="sim")
+    p.add_argument("--env", choices=("sim", "real", "replay"), default="sim",
+                   help="sim: synthetic world; real: the real decoder (wall clock); replay: rounds recorded on the "
+                        "real decoder by `ltd record`")
+    p.add_argument("--replay", type=Path, default=None,
+                   help="(replay) recording directory: written by record (default <out>/replay-<split>), trained "
+                        "on by train (default <out>/replay-warmup), evaluated on by eval (<out>/replay-heldout)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
     p.add_argument("--prompts", type=int, default=8, help="(real) prompts per evaluation / training pass")
@@ -108,13 +138,29 @@ def train_log_path(out: Path, name: str) -> Path:
 
 
 def _train(args) -> int:
-    from specloop.strategies.ltd import LTDConfig, LTDPolicy, REWARDS, load_policy, save_policy, variant_name
+    from specloop.strategies.ltd import PAPER_REWARDS, LTDConfig, LTDPolicy, load_policy, save_policy, variant_name
     from specloop.strategies.ltd_train import CoTrainSchedule, co_train
 
     if args.n_steps is not None and args.n_steps < 2:
         raise ValueError(f"--n-steps must be >= 2 (PPO rollout length), got {args.n_steps}")
+    if args.reward == "net_tokens" and args.env != "replay" and args.reward_rate is None:
+        raise ValueError("--reward net_tokens needs --reward-rate (tokens per target forward) outside --env replay")
     config = LTDConfig()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.env == "replay":
+        from specloop.cli.ltd_replay_cmd import train_replay
+        if args.ablation_only or args.reward_ablation:
+            raise ValueError("the reward ablation trains in the simulator (--env sim)")
+        name = args.name or "ltd-replay"
+        log_path = train_log_path(args.out, name)
+        schedule = CoTrainSchedule(args.depth_steps, args.size_steps, args.rounds, args.co_depth_steps,
+                                   args.co_size_steps, args.fixed_verify_size, args.n_steps)
+        start = time.perf_counter()
+        meta = train_replay(args, schedule, name)
+        log_path.write_text(json.dumps({**meta, "name": str(name), "seconds": time.perf_counter() - start},
+                                       indent=2, default=str))
+        print(f"training log {log_path}")
+        return 0
     if args.env == "real":
         if args.ablation_only:
             raise ValueError("--ablation-only trains in the simulator (--env sim)")
@@ -136,13 +182,14 @@ def _train(args) -> int:
     meta = {"env": "sim", "schedule": schedule.__dict__, "reward": args.reward, "seed": args.seed,
             "world": world.options.__dict__, "cost_source": world.cost_source}
     if not args.ablation_only:
-        result = co_train(lambda: SimTreeEngine(world), config, schedule, args.seed, args.reward)
+        result = co_train(lambda: SimTreeEngine(world), config, schedule, args.seed, args.reward,
+                          reward_rate=args.reward_rate)
         meta["stages"] = result["log"]
         for key, suffix in (("ltd", ""), ("independent", "-independent")):
             print(f"saved {save_policy(result[key], name if not suffix else variant_name(name, suffix), meta)}")
     saved = {}
     if args.reward_ablation or args.ablation_only:
-        for reward in REWARDS:
+        for reward in PAPER_REWARDS:
             if reward == args.reward:
                 continue
             # as the initial size policy of co_train: random depths 1..max_depth, size_steps cycles
@@ -161,18 +208,25 @@ def _train(args) -> int:
     return 0
 
 
+def _record(args) -> int:
+    from specloop.cli.ltd_replay_cmd import record
+    return record(args)
+
+
 # -- eval ------------------------------------------------------------------------------
-def grid_search_static(run, config, depths=None, sizes=None) -> tuple[dict, list[dict]]:
+def grid_search_static(run, config, depths=None, sizes=None, pairs=None) -> tuple[dict, list[dict]]:
     """Best static (D, V) by tokens/s; ``run(policy) -> (trace, depths, sizes)``,
-    ``config`` an `LTDConfig`. Returns (best row, all rows)."""
+    ``config`` an `LTDConfig`; the grid is ``depths`` x ``sizes`` (default all of
+    the config's) or the (D, V) ``pairs`` given. Returns (best row, all rows)."""
     from specloop.strategies.ltd import LTDPolicy
 
+    if pairs is None:
+        pairs = [(d, v) for d in depths or range(1, config.max_depth + 1) for v in sizes or config.verify_sizes]
     rows = []
-    for depth in depths or range(1, config.max_depth + 1):
-        for size in sizes or config.verify_sizes:
-            trace, _, _ = run(LTDPolicy(config, static_depth=depth, static_verify_size=size))
-            rows.append({"depth": depth, "verify_size": size, "tokens_per_s": trace.tokens_per_second(),
-                         "mean_accepted_length": trace.mean_accepted_length()})
+    for depth, size in pairs:
+        trace, _, _ = run(LTDPolicy(config, static_depth=int(depth), static_verify_size=int(size)))
+        rows.append({"depth": int(depth), "verify_size": int(size), "tokens_per_s": trace.tokens_per_second(),
+                     "mean_accepted_length": trace.mean_accepted_length()})
     return max(rows, key=lambda r: r["tokens_per_s"]), rows
 
 
@@ -189,19 +243,47 @@ def _ablation_policies(ltd, independent, best: dict) -> dict:
     return out
 
 
-def evaluate_rows(run, policies: dict, best_static_tps: float) -> tuple[list[dict], dict]:
+def evaluate_rows(run, policies: dict, best_static_tps: float | None,
+                  repeats: int = 1) -> tuple[list[dict], dict]:
     """One row per policy: config, mean_accepted_length, tokens_per_s,
-    speedup_vs_best_static, mean depth / V; and the per-cycle decisions."""
+    speedup_vs_best_static, mean depth / V; and the per-cycle decisions.
+
+    ``repeats`` passes run every policy once each, interleaved (wall-clock drift
+    hits all rows alike), and the rows pool the passes. ``best_static_tps`` None:
+    the first policy (the grid-best static tree) measured in these same passes.
+    """
+    from specloop.record import Trace
+
+    if int(repeats) < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    runs: dict = {label: ([], [], []) for label in policies}
+    for _ in range(int(repeats)):
+        for label, policy in policies.items():
+            trace, depths, sizes = run(policy)
+            for store, part in zip(runs[label], (list(trace), list(depths), list(sizes))):
+                store.extend(part)
     rows, decisions = [], {}
-    for label, policy in policies.items():
-        trace, depths, sizes = run(policy)
+    for label in policies:
+        records, depths, sizes = runs[label]
+        trace = Trace(records)
         tps = trace.tokens_per_second()
+        if best_static_tps is None:
+            best_static_tps = tps
         rows.append({"config": label, "mean_accepted_length": trace.mean_accepted_length(),
                      "tokens_per_s": tps, "speedup_vs_best_static": tps / best_static_tps,
                      "mean_depth": float(np.mean(depths)), "mean_verify_size": float(np.mean(sizes)),
                      "rounds": len(trace)})
         decisions[label] = (np.asarray(depths), np.asarray(sizes), trace.column("tokens_per_round"))
     return rows, decisions
+
+
+def add_extra_policies(args, policies: dict) -> dict:
+    """Add the ``--extra-policies`` (loaded by name or path) as rows labelled by name."""
+    from specloop.strategies.ltd import load_policy
+
+    for name in [n.strip() for n in (getattr(args, "extra_policies", "") or "").split(",") if n.strip()]:
+        policies[name] = load_policy(name)
+    return policies
 
 
 def _load_optional(name: str):
@@ -219,10 +301,14 @@ def _eval(args) -> int:
 
     if args.env == "real":
         from specloop.realmodels.ltd_env import real_eval
+        args.grid_pairs = _replay_grid_pairs(args) if getattr(args, "grid_from_replay", None) else None
         result, decisions = real_eval(args, LTDConfig(), _ablation_policies, grid_search_static,
                                       evaluate_rows, _load_optional)
         if result is None:          # --grid-only
             return 0
+    elif args.env == "replay":
+        from specloop.cli.ltd_replay_cmd import replay_eval
+        result, decisions = replay_eval(args, _ablation_policies, evaluate_rows, _load_optional)
     else:
         result, decisions = _sim_eval(args)
     _write(args, result, decisions)
@@ -232,6 +318,21 @@ def _eval(args) -> int:
     else:
         _print_table(result)
     return 0
+
+
+def _replay_grid_pairs(args) -> list[tuple[int, int]]:
+    """The ``--grid-top`` best static (D, V) of the full grid on ``--grid-from-replay``
+    (priced by the recording's measured costs), to re-measure on the real decoder."""
+    from specloop.cli.ltd_replay_cmd import replay_config
+    from specloop.sim.ltd_replay import load_replay, run_replay_policy
+
+    if args.grid_top < 1:
+        raise ValueError(f"--grid-top must be >= 1, got {args.grid_top}")
+    data = load_replay(args.grid_from_replay)
+    config = replay_config(data)
+    _, rows = grid_search_static(lambda p: run_replay_policy(p, data, config), config)
+    rows.sort(key=lambda r: -r["tokens_per_s"])
+    return [(r["depth"], r["verify_size"]) for r in rows[: args.grid_top]]
 
 
 def _sim_eval(args):
@@ -262,6 +363,7 @@ def _sim_eval(args):
     if independent is not None and independent.size_actor is not None:   # trained alone, throughput reward
         policies["reward=throughput (size-only)"] = LTDPolicy(ltd.config, None, independent.size_actor,
                                                               static_depth=best["depth"])
+    add_extra_policies(args, policies)
     rows, decisions = evaluate_rows(run, policies, best_tps)
     overhead = _sim_overhead(ltd, world, args.seed)
     result = {"env": "sim", "policy": name, "rows": rows, "best_static": best, "grid": grid,

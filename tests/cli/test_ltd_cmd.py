@@ -112,12 +112,47 @@ def test_ablation_only_trains_just_the_reward_ablation(tmp_path, monkeypatch):
 
 def test_shipped_reward_ablation_policies_load_by_name(tmp_path, monkeypatch):
     """`specloop ltd eval` looks up ``ltd-sim-size-<reward>`` for the reward ablation."""
-    from specloop.strategies.ltd import PRETRAINED_DIR, REWARDS, load_policy, variant_name
+    from specloop.strategies.ltd import PAPER_REWARDS, PRETRAINED_DIR, load_policy, variant_name
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path))          # an empty cache: the package copy
     base = load_policy("ltd-sim")
-    for reward in REWARDS[1:]:
+    for reward in PAPER_REWARDS[1:]:
         name = variant_name("ltd-sim", f"-size-{reward}")
         assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 10 * 2**20
         policy = load_policy(name)
         assert policy.depth_actor is None and policy.size_actor is not None
         assert policy.config == base.config and policy.meta["reward"] == reward
+
+
+def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
+    """``--env replay`` on a synthetic recording: train saves the pair, eval reports
+    the rows, the held-out best static tree and the clairvoyant oracle, and the real
+    eval's replay preselection returns the best ``--grid-top`` static trees."""
+    from types import SimpleNamespace
+
+    from specloop.cli.ltd_cmd import _replay_grid_pairs
+    from specloop.strategies.ltd import load_policy
+    from tests.sim.test_ltd_replay import write_replay
+
+    monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))
+    replay = tmp_path / "rec"
+    replay.mkdir()
+    write_replay(replay)
+    target = tmp_path / "p.pt"
+    argv = ["ltd", "train", "--env", "replay", "--replay", str(replay), "--name", str(target), "--out", str(tmp_path),
+            *TINY]
+    assert main(argv) == 2                               # V = 12 while the depth policy trains: not recorded
+    assert main(argv + ["--fixed-verify-size", "4"]) == 0
+    policy = load_policy(target)
+    assert policy.config.top_k == 3 and policy.config.max_depth == 4 and policy.config.verify_sizes == (2, 4, 6, 8)
+    assert load_policy(tmp_path / "p-independent.pt").depth_actor is not None
+    assert json.loads((tmp_path / "ltd_train_p.json").read_text())["env"] == "replay"
+    capsys.readouterr()
+    assert main(["ltd", "eval", "--env", "replay", "--replay", str(replay), "--tune-replay", str(replay),
+                 "--policy", str(target), "--out", str(tmp_path / "eval"), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["env"] == "replay" and result["rows"][0]["speedup_vs_best_static"] == pytest.approx(1.0)
+    assert result["heldout_best_static"]["tokens_per_s"] >= result["rows"][0]["tokens_per_s"] - 1e-9
+    assert result["oracle_tokens_per_s"] > 0 and "LTD (co-trained)" in [r["config"] for r in result["rows"]]
+    pairs = _replay_grid_pairs(SimpleNamespace(grid_from_replay=replay, grid_top=3))
+    grid = {(r["depth"], r["verify_size"]): r["tokens_per_s"] for r in result["grid"]}
+    assert len(pairs) == 3 and [grid[p] for p in pairs] == sorted(grid.values(), reverse=True)[:3]
