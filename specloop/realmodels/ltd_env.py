@@ -39,7 +39,8 @@ from specloop.strategies.base import DraftPlan, DraftStep, PlanState, TreeCandid
 from specloop.strategies.ltd import LTDConfig, layer_step, select_subtree
 
 __all__ = ["LTDTreeDrafter", "calibrate_layer_costs", "RealHarness", "RealTreeEngine",
-           "make_real_depth_env", "make_real_size_env", "fine_tune", "real_eval", "select_subtree"]  # select_subtree: re-exported from strategies.ltd
+           "make_real_depth_env", "make_real_size_env", "fine_tune", "real_eval",
+           "select_subtree"]   # select_subtree: re-exported from strategies.ltd
 
 
 def _subset(proposal: DraftProposal, keep: np.ndarray) -> DraftProposal:

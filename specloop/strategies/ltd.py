@@ -45,7 +45,8 @@ from specloop.strategies.policies import _PolicyBase, check_k
 __all__ = [
     "LTDConfig", "MLPActor", "LTDPolicy", "depth_observation", "size_observation",
     "save_policy", "load_policy", "policy_path", "variant_name", "ltd_cache_dir", "PRETRAINED_DIR",
-    "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "PAPER_REWARDS", "cycle_reward", "select_subtree", "layer_step",
+    "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "PAPER_REWARDS", "cycle_reward", "select_subtree",
+    "layer_step",
 ]
 
 FILE_FORMAT_VERSION = 1

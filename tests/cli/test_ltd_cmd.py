@@ -156,3 +156,15 @@ def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
     pairs = _replay_grid_pairs(SimpleNamespace(grid_from_replay=replay, grid_top=3))
     grid = {(r["depth"], r["verify_size"]): r["tokens_per_s"] for r in result["grid"]}
     assert len(pairs) == 3 and [grid[p] for p in pairs] == sorted(grid.values(), reverse=True)[:3]
+
+
+def test_shipped_replay_policies_load_by_name(tmp_path, monkeypatch):
+    """The replay-trained pair ships with the config of its recording (depth 8, V up to 48)."""
+    from specloop.strategies.ltd import PRETRAINED_DIR, load_policy
+    monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path))
+    for name in ("ltd-replay", "ltd-replay-independent", "ltd-replay-throughput"):
+        assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 10 * 2**20
+        policy = load_policy(name)
+        assert policy.depth_actor is not None and policy.size_actor is not None
+        assert policy.config.max_depth == 8 and policy.config.verify_sizes[-1] == 48
+    assert load_policy("ltd-replay").meta["reward"] == "net_tokens"

@@ -38,7 +38,8 @@ def recorded(smollm2_float32, tmp_path_factory):
     prompts = [torch.tensor(target.tokenizer(t)["input_ids"], dtype=torch.long) for t in texts]
     out, costs = tmp_path_factory.mktemp("replay"), tmp_path_factory.mktemp("costs")
     (costs / "costs.json").write_text(json.dumps({   # timing is tested on a tiny model (test_ltd_env.py)
-        "verify_seconds": [0.0] + [0.05 + 0.002 * n for n in range(1, 18)], "layer_seconds": [0, .004, .008, .012, .016],
+        "verify_seconds": [0.0] + [0.05 + 0.002 * n for n in range(1, 18)],
+        "layer_seconds": [0, .004, .008, .012, .016],
         "round_overhead_s": 0.0, "autoregressive_step_s": 0.05, "max_depth": 4, "max_verify": 16}))
     record_replay(target, drafter, prompts, out, CFG, max_depth=4, max_verify=16, max_new_tokens=TOKENS,
                   costs_from=costs)
