@@ -32,7 +32,8 @@ import numpy as np
 
 # specloop.strategies.ltd (torch) and everything heavier are imported inside the
 # command functions, so building the parser (`specloop --help`) stays light.
-__all__ = ["register", "evaluate_rows", "grid_search_static", "add_extra_policies", "REWARD_CHOICES"]
+__all__ = ["register", "evaluate_rows", "evaluate_rows_paired", "grid_search_static", "add_extra_policies",
+           "REWARD_CHOICES"]
 
 DEFAULT_OUT = Path("results/ltd")
 # = specloop.strategies.ltd.REWARDS (tests/cli/test_ltd_cmd.py keeps them equal)
@@ -92,6 +93,9 @@ def register(subparsers) -> None:
     ev.add_argument("--grid-top", type=int, default=6, help="(real, with --grid-from-replay) static trees re-measured")
     ev.add_argument("--repeats", type=int, default=1,
                     help="(real) passes over the prompts, the policies interleaved within each pass")
+    ev.add_argument("--paired", action="store_true",
+                    help="(real) run the policies back to back per prompt (alternating order) and report paired "
+                         "speed ratios with standard errors; cancels the machine's drift")
     ev.set_defaults(func=_eval)
     rec = sub.add_parser("record", help="record every position's draft tree and target tokens on the real "
                                         "decoder, for --env replay (resumable)")
@@ -243,17 +247,62 @@ def _ablation_policies(ltd, independent, best: dict) -> dict:
     return out
 
 
-def evaluate_rows(run, policies: dict, best_static_tps: float | None,
-                  repeats: int = 1) -> tuple[list[dict], dict]:
+def evaluate_rows_paired(run, policies: dict, prompts: list, repeats: int = 1) -> tuple[list[dict], dict]:
+    """Rows like `evaluate_rows`, measured in a paired design that cancels drift:
+    for each pass and prompt the policies run back to back (order reversed on
+    alternate prompts), ``run(policy, [prompt])``. Greedy output does not depend on
+    the policy, so per (pass, prompt) the time ratio first policy / policy is a
+    speed ratio; rows add ``paired_speedup`` (mean of those ratios) and
+    ``paired_speedup_se`` (its standard error), and ``speedup_vs_best_static`` is
+    pooled tokens/s against the first policy's."""
+    from specloop.record import Trace
+
+    if int(repeats) < 1 or not prompts:
+        raise ValueError(f"need repeats >= 1 and prompts, got {repeats} and {len(prompts)} prompts")
+    labels = list(policies)
+    runs: dict = {label: ([], [], [], []) for label in labels}       # records, depths, sizes, seconds per pair
+    for rep in range(int(repeats)):
+        for i, prompt in enumerate(prompts):
+            for label in (labels if (rep + i) % 2 == 0 else labels[::-1]):
+                trace, depths, sizes = run(policies[label], [prompt])
+                records, ds, vs, seconds = runs[label]
+                records.extend(trace)
+                ds.extend(depths)
+                vs.extend(sizes)
+                seconds.append(trace.total_time)
+    ref_seconds = np.asarray(runs[labels[0]][3])
+    ref_tps = Trace(runs[labels[0]][0]).tokens_per_second()
+    rows, decisions = [], {}
+    for label in labels:
+        records, depths, sizes, seconds = runs[label]
+        trace = Trace(records)
+        ratios = ref_seconds / np.asarray(seconds)
+        rows.append({"config": label, "mean_accepted_length": trace.mean_accepted_length(),
+                     "tokens_per_s": trace.tokens_per_second(),
+                     "speedup_vs_best_static": trace.tokens_per_second() / ref_tps,
+                     "paired_speedup": float(ratios.mean()),
+                     "paired_speedup_se": float(ratios.std(ddof=1) / np.sqrt(ratios.size)) if ratios.size > 1 else
+                     float("nan"),
+                     "mean_depth": float(np.mean(depths)), "mean_verify_size": float(np.mean(sizes)),
+                     "rounds": len(trace)})
+        decisions[label] = (np.asarray(depths), np.asarray(sizes), trace.column("tokens_per_round"))
+    return rows, decisions
+
+
+def evaluate_rows(run, policies: dict, best_static_tps: float | None, repeats: int = 1,
+                  prompts: list | None = None, paired: bool = False) -> tuple[list[dict], dict]:
     """One row per policy: config, mean_accepted_length, tokens_per_s,
     speedup_vs_best_static, mean depth / V; and the per-cycle decisions.
 
     ``repeats`` passes run every policy once each, interleaved (wall-clock drift
     hits all rows alike), and the rows pool the passes. ``best_static_tps`` None:
     the first policy (the grid-best static tree) measured in these same passes.
+    ``paired``: `evaluate_rows_paired` over ``prompts`` instead.
     """
     from specloop.record import Trace
 
+    if paired:
+        return evaluate_rows_paired(run, policies, prompts or [], repeats)
     if int(repeats) < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
     runs: dict = {label: ([], [], []) for label in policies}

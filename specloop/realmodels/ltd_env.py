@@ -492,7 +492,8 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     for extra in [n.strip() for n in (getattr(args, "extra_policies", "") or "").split(",") if n.strip()]:
         policies[extra] = load_policy(extra)
     # the first policy is the grid-best static tree: every row is measured against it in the same passes
-    rows, decisions = evaluate_rows(harness.run, policies, None, repeats=getattr(args, "repeats", 1))
+    rows, decisions = evaluate_rows(harness.run, policies, None, repeats=getattr(args, "repeats", 1),
+                                    prompts=harness.prompts, paired=getattr(args, "paired", False))
     for row in rows:
         row["speedup_vs_autoregressive"] = row["tokens_per_s"] * harness.target_time
     overhead = _real_overhead(harness, ltd)

@@ -168,3 +168,28 @@ def test_shipped_replay_policies_load_by_name(tmp_path, monkeypatch):
         assert policy.depth_actor is not None and policy.size_actor is not None
         assert policy.config.max_depth == 8 and policy.config.verify_sizes[-1] == 48
     assert load_policy("ltd-replay").meta["reward"] == "net_tokens"
+
+
+def test_paired_rows_cancel_drift_and_alternate_order():
+    """A machine slowing down 10 % per run: alternating the order per prompt cancels
+    the drift to first order (paired ratio 1.256 for a true 1.25x; running one
+    policy after the other in a fixed order would give 1.25 / 1.1 = 1.14)."""
+    from specloop.cli.ltd_cmd import evaluate_rows_paired
+    from specloop.record import RoundRecord, Trace
+
+    calls, clock = [], [1.0]
+
+    def run(policy, prompts):
+        calls.append(policy)
+        clock[0] *= 1.1                                  # drift: every run is slower than the last
+        seconds = clock[0] * (1.0 if policy == "static" else 0.8)
+        record = RoundRecord(0, 0, 4, 2, 5, 2, 3, draft_time=0.1 * seconds, verify_time=0.9 * seconds)
+        return Trace([record] * 4), [2] * 4, [4] * 4
+
+    rows, _ = evaluate_rows_paired(run, {"static": "static", "ltd": "ltd"}, prompts=[1, 2, 3], repeats=2)
+    assert calls[:4] == ["static", "ltd", "ltd", "static"]
+    ltd = rows[1]
+    assert rows[0]["paired_speedup"] == 1.0 and ltd["paired_speedup"] == pytest.approx(1.25, rel=0.01)
+    assert ltd["paired_speedup_se"] > 0 and ltd["rounds"] == 24
+    with pytest.raises(ValueError, match="prompts"):
+        evaluate_rows_paired(run, {"static": "static"}, prompts=[], repeats=1)
