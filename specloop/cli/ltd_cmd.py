@@ -348,16 +348,19 @@ def _load_optional(name: str):
 def _eval(args) -> int:
     from specloop.strategies.ltd import LTDConfig
 
+    def ablations(ltd, independent, best):
+        return add_extra_policies(args, _ablation_policies(ltd, independent, best))
+
     if args.env == "real":
         from specloop.realmodels.ltd_env import real_eval
         args.grid_pairs = _replay_grid_pairs(args) if getattr(args, "grid_from_replay", None) else None
-        result, decisions = real_eval(args, LTDConfig(), _ablation_policies, grid_search_static,
-                                      evaluate_rows, _load_optional)
+        result, decisions = real_eval(args, LTDConfig(), ablations, grid_search_static, evaluate_rows,
+                                      _load_optional)
         if result is None:          # --grid-only
             return 0
     elif args.env == "replay":
         from specloop.cli.ltd_replay_cmd import replay_eval
-        result, decisions = replay_eval(args, _ablation_policies, evaluate_rows, _load_optional)
+        result, decisions = replay_eval(args, ablations, evaluate_rows, _load_optional)
     else:
         result, decisions = _sim_eval(args)
     _write(args, result, decisions)

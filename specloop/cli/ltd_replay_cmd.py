@@ -27,13 +27,16 @@ def default_replay_dir(out: Path, split: str) -> Path:
     return Path(out) / f"replay-{split}"
 
 
-def replay_config(data):
-    """The `LTDConfig` a recording supports: its top_k and max_depth, V up to max_verify."""
+def _replay_config(top_k: int, max_depth: int, max_verify: int):
     from specloop.strategies.ltd import LTDConfig
 
-    top_k = int(data.meta.get("config", {}).get("top_k", 6))
-    sizes = tuple(v for v in REPLAY_VERIFY_SIZES if v <= data.max_verify)
-    return LTDConfig(top_k=top_k, max_depth=data.max_depth, verify_sizes=sizes)
+    sizes = tuple(v for v in REPLAY_VERIFY_SIZES if v <= max_verify)
+    return LTDConfig(top_k=top_k, max_depth=max_depth, verify_sizes=sizes)
+
+
+def replay_config(data):
+    """The `LTDConfig` a recording supports: its top_k and max_depth, V up to max_verify."""
+    return _replay_config(int(data.meta.get("config", {}).get("top_k", 6)), data.max_depth, data.max_verify)
 
 
 def record(args) -> int:
@@ -43,7 +46,6 @@ def record(args) -> int:
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.ltd_env import _prompt_ids
     from specloop.realmodels.ltd_record import record_replay
-    from specloop.strategies.ltd import LTDConfig
 
     if args.max_depth < 1 or args.max_verify < 2 or args.max_new_tokens < 1 or args.prompts < 1:
         raise ValueError("need --max-depth >= 1, --max-verify >= 2, --max-new-tokens >= 1 and --prompts >= 1")
@@ -51,8 +53,7 @@ def record(args) -> int:
     target = load_model("smollm2-135m", dtype=args.dtype)
     drafter = make_drafter(args.drafter or "eagle3", target, train_if_missing=False, progress=False,
                            dtype=args.dtype)
-    config = LTDConfig(top_k=args.top_k, max_depth=args.max_depth,
-                       verify_sizes=tuple(v for v in REPLAY_VERIFY_SIZES if v <= args.max_verify))
+    config = _replay_config(args.top_k, args.max_depth, args.max_verify)
     prompts = _prompt_ids(target, args.split, args.prompts)
     bar = tqdm(total=len(prompts), desc=f"recording {args.split}", unit="prompt")
 
@@ -101,10 +102,12 @@ def train_replay(args, schedule, name: str) -> dict:
 
 def replay_eval(args, ablations, evaluate_rows, load_optional):
     """``ltd eval --env replay``: static grid on the tuning recording (``--tune-replay``,
-    default ``<out>/replay-warmup``), rows on ``--replay`` (default ``<out>/replay-heldout``)."""
+    default ``<out>/replay-warmup``), rows on ``--replay`` (default ``<out>/replay-heldout``).
+    ``ablations(ltd, independent, best)`` returns the rows' policies, the static
+    tree first."""
     from specloop.cli.ltd_cmd import grid_search_static
     from specloop.sim.ltd_replay import load_replay, oracle_tokens_per_second, run_replay_policy
-    from specloop.strategies.ltd import LTDPolicy, load_policy, variant_name
+    from specloop.strategies.ltd import load_policy, variant_name
 
     name = args.policy or "ltd-replay"
     ltd = load_policy(name)
@@ -116,11 +119,10 @@ def replay_eval(args, ablations, evaluate_rows, load_optional):
     def run(policy):
         return run_replay_policy(policy, held, config)
 
-    best_tps = run(LTDPolicy(config, static_depth=best["depth"], static_verify_size=best["verify_size"]))[0] \
-        .tokens_per_second()
-    from specloop.cli.ltd_cmd import add_extra_policies
-    policies = add_extra_policies(args, ablations(ltd, load_optional(variant_name(name, "-independent")), best))
-    rows, decisions = evaluate_rows(run, policies, best_tps)
+    # the first policy is the tuning grid's best static tree: rows are relative to it
+    rows, decisions = evaluate_rows(run, ablations(ltd, load_optional(variant_name(name, "-independent")), best),
+                                    None)
+    best_tps = rows[0]["tokens_per_s"]
     held_best = max(grid_search_static(run, config)[1], key=lambda r: r["tokens_per_s"])
     oracle = oracle_tokens_per_second(held, config)
     return ({"env": "replay", "policy": name, "rows": rows, "best_static": best, "grid": grid,

@@ -489,8 +489,6 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     tuned = load_optional("ltd-real")
     if tuned is not None:
         policies["LTD fine-tuned on the real decoder"] = tuned
-    for extra in [n.strip() for n in (getattr(args, "extra_policies", "") or "").split(",") if n.strip()]:
-        policies[extra] = load_policy(extra)
     # the first policy is the grid-best static tree: every row is measured against it in the same passes
     rows, decisions = evaluate_rows(harness.run, policies, None, repeats=getattr(args, "repeats", 1),
                                     prompts=harness.prompts, paired=getattr(args, "paired", False))

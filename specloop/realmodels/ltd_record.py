@@ -135,13 +135,13 @@ def record_prompt(model, drafter, prompt_ids: torch.Tensor, config: LTDConfig, m
         seq.append(token)
         if token in eos_ids:
             break
-    out = {k: np.concatenate(v) if v else np.zeros(0) for k, v in chunks.items()}
-    out.update(node_offsets=np.asarray(offsets, np.int64), root_next=np.asarray(root_next, np.int64),
-               context_length=np.asarray(lengths, np.int64), prompt_ids=ids.numpy())
+    arrays = {k: np.concatenate(v) if v else np.zeros(0) for k, v in chunks.items()}
+    arrays.update(node_offsets=np.asarray(offsets, np.int64), root_next=np.asarray(root_next, np.int64),
+                  context_length=np.asarray(lengths, np.int64), prompt_ids=ids.numpy())
     for key in ("tokens", "parents", "depths", "target_next"):
-        out[key] = out[key].astype(np.int64)
-    out["probs"] = out["probs"].astype(np.float64)
-    return out
+        arrays[key] = arrays[key].astype(np.int64)
+    arrays["probs"] = arrays["probs"].astype(np.float64)
+    return arrays
 
 
 VERIFY_POINTS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 20, 24, 32, 40, 48, 64)   # tree sizes timed (nodes)
@@ -253,11 +253,11 @@ def record_replay(target, drafter, prompts: list, out_dir, config: LTDConfig, *,
         source = Path(costs_from) / "costs.json"
         if not source.is_file():
             raise FileNotFoundError(f"--costs-from: {source} does not exist")
-        data = json.loads(source.read_text())
-        if data.get("max_depth", 0) < max_depth or data.get("max_verify", 0) < max_verify:
-            raise ValueError(f"{source} covers depth {data.get('max_depth')} / V {data.get('max_verify')}, less "
-                             f"than this recording's {max_depth} / {max_verify}")
-        costs.write_text(json.dumps({**data, "costs_from": str(source)}, indent=2))
+        copied = json.loads(source.read_text())
+        if copied.get("max_depth", 0) < max_depth or copied.get("max_verify", 0) < max_verify:
+            raise ValueError(f"{source} covers depth {copied.get('max_depth')} / V {copied.get('max_verify')}, "
+                             f"less than this recording's {max_depth} / {max_verify}")
+        costs.write_text(json.dumps({**copied, "costs_from": str(source)}, indent=2))
     if not costs.is_file():
         from specloop.realmodels.policy import FixedDraftPolicy
         measured = measure_round_costs(target, drafter, prompts[0], config, max_depth, max_verify, repeats,

@@ -14,7 +14,8 @@ reads these as plain arrays (it never imports ``realmodels``).
 
 Use it to train LTD policies on the real drafter's own confidence signals and
 costs (``specloop ltd train --env replay``), and to price any tree policy or
-static tree in milliseconds instead of minutes of wall clock.
+static tree in milliseconds instead of minutes of wall clock (static grids:
+`specloop.cli.ltd_cmd.grid_search_static` over `run_replay_policy`).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from specloop.strategies.base import DraftStep, TreeCandidates
 from specloop.strategies.ltd import LTDConfig, layer_step, select_subtree
 
 __all__ = ["ReplayData", "ReplayPrompt", "ReplayTreeEngine", "load_replay", "run_replay_policy",
-           "replay_static_grid", "oracle_tokens_per_second"]
+           "oracle_tokens_per_second"]
 
 _KEYS = ("node_offsets", "tokens", "parents", "depths", "probs", "target_next", "root_next", "context_length")
 
@@ -259,21 +260,6 @@ def run_replay_policy(policy, data: ReplayData, config: LTDConfig, prompts: list
             records.append(record)
     trace = Trace(records, {"source": "replay"})
     return trace, trace.column("tree_depth"), trace.column("num_draft_tokens")
-
-
-def replay_static_grid(data: ReplayData, config: LTDConfig, depths, sizes,
-                       prompts: list[int] | None = None) -> list[dict]:
-    """Modelled tokens/s and mean accepted length of every static (D, V) tree."""
-    from specloop.strategies.ltd import LTDPolicy
-
-    rows = []
-    for depth in depths:
-        for size in sizes:
-            policy = LTDPolicy(config, static_depth=int(depth), static_verify_size=int(size))
-            trace, _, _ = run_replay_policy(policy, data, config, prompts)
-            rows.append({"depth": int(depth), "verify_size": int(size), "tokens_per_s": trace.tokens_per_second(),
-                         "mean_accepted_length": trace.mean_accepted_length()})
-    return rows
 
 
 def oracle_tokens_per_second(data: ReplayData, config: LTDConfig, prompts: list[int] | None = None) -> float:

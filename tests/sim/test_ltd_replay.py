@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from gymnasium.utils import env_checker
 
+from specloop.cli.ltd_cmd import grid_search_static
 from specloop.sim.ltd_replay import (ReplayTreeEngine, accepted_path, load_replay, oracle_tokens_per_second,
-                                     replay_static_grid, run_replay_policy)
+                                     run_replay_policy)
 from specloop.strategies.ltd import LTDConfig, LTDPolicy, select_subtree
 from specloop.strategies.ltd_train import DepthEnv, SizeEnv
 
@@ -128,8 +129,12 @@ def test_last_position_is_a_plain_round(replay):
 def test_replay_is_deterministic_and_leaves_the_data_alone(replay):
     data, _ = replay
     before = [p.probs.copy() for p in data.prompts]
-    first = replay_static_grid(data, CFG, [1, 2], [2, 8])
-    assert first == replay_static_grid(data, CFG, [1, 2], [2, 8])
+
+    def grid():
+        return grid_search_static(lambda p: run_replay_policy(p, data, CFG), CFG, [1, 2], [2, 8])
+
+    first = grid()
+    assert first == grid()
     assert all(np.array_equal(a, p.probs) for a, p in zip(before, data.prompts))
     assert oracle_tokens_per_second(data, CFG) > 0
 
