@@ -12,7 +12,10 @@ real decoder (issue 8).
   path (the variants go next to it, `specloop.strategies.ltd.variant_name`); the
   training log is ``--out/ltd_train_<basename>.json``.
 * ``specloop ltd train --env real --init NAME`` fine-tunes a (sim-trained) policy on
-  the real decoder (`specloop.realmodels.ltd_env`) and saves ``<name>``.
+  the real decoder (`specloop.realmodels.ltd_env`, wall-clock rewards) and saves
+  ``<name>``; ``--env replay --init NAME`` fine-tunes it on rounds recorded from the
+  real decoder instead (``--rounds`` alternations of ``--co-depth-steps`` /
+  ``--co-size-steps``; without ``--init``, replay trains from scratch).
 * ``specloop ltd eval --env sim|real [--json]``: static trees grid-searched over
   (depth, V) on separate tuning prompts, LTD, depth-only, size-only, the
   independent combination, the reward ablation and (real) the transfer rows.
@@ -67,7 +70,9 @@ def register(subparsers) -> None:
                        help="also train size policies on the other rewards (saved as <name>-size-<reward>)")
     train.add_argument("--ablation-only", action="store_true",
                        help="(sim) train only the --reward-ablation size policies, not the co-trained pair")
-    train.add_argument("--init", default="ltd-sim", help="(real) policy to fine-tune")
+    train.add_argument("--init", default=None,
+                       help="policy to fine-tune (real: default ltd-sim; replay: fine-tune it on the recording "
+                            "instead of training from scratch)")
     train.set_defaults(func=_train)
     ev = sub.add_parser("eval", help="evaluate LTD against static trees and its ablations")
     _common(ev)
@@ -85,6 +90,9 @@ def register(subparsers) -> None:
                          "layer costs (what the PPO environments do)")
     ev.add_argument("--extra-policies", default="",
                     help="comma-separated policy names / paths evaluated as extra rows (e.g. another reward)")
+    ev.add_argument("--fine-tuned", default="ltd-real",
+                    help="(real) the transfer row: a policy fine-tuned on the real decoder or its recorded rounds "
+                         "(`ltd train --env real|replay --init ltd-sim`); skipped when it does not exist")
     ev.add_argument("--tune-replay", type=Path, default=None,
                     help="(replay) recording the static trees are grid-searched on (default <out>/replay-warmup)")
     ev.add_argument("--grid-from-replay", type=Path, default=None,
@@ -106,6 +114,9 @@ def register(subparsers) -> None:
     rec.add_argument("--top-k", type=int, default=6, help="EAGLE-2 tree width")
     rec.add_argument("--costs-from", type=Path, default=None,
                      help="copy costs.json from this recording (same target, drafter, machine) instead of timing")
+    rec.add_argument("--cost-repeats", type=int, default=3,
+                     help="timed passes over the static-tree settings when measuring the cost tables")
+    rec.add_argument("--cost-tokens", type=int, default=32, help="tokens generated per setting when timing costs")
     rec.set_defaults(func=_record)
 
 
@@ -170,8 +181,9 @@ def _train(args) -> int:
             raise ValueError("--ablation-only trains in the simulator (--env sim)")
         from specloop.realmodels.ltd_env import fine_tune
         name = args.name or "ltd-real"
-        policy, log = fine_tune(load_policy(args.init), args, config)
-        path = save_policy(policy, name, {"env": "real", "init": args.init, "log": log})
+        init = args.init or "ltd-sim"
+        policy, log = fine_tune(load_policy(init), args, config)
+        path = save_policy(policy, name, {"env": "real", "init": init, "log": log})
         print(f"saved {path}")
         return 0
     from specloop.sim.ltd_env import SimTreeEngine, TreeWorld, make_size_env

@@ -49,6 +49,8 @@ def record(args) -> int:
 
     if args.max_depth < 1 or args.max_verify < 2 or args.max_new_tokens < 1 or args.prompts < 1:
         raise ValueError("need --max-depth >= 1, --max-verify >= 2, --max-new-tokens >= 1 and --prompts >= 1")
+    if getattr(args, "cost_repeats", 3) < 1 or getattr(args, "cost_tokens", 32) < 2:
+        raise ValueError("need --cost-repeats >= 1 and --cost-tokens >= 2")
     out = args.replay or default_replay_dir(args.out, args.split)
     target = load_model("smollm2-135m", dtype=args.dtype)
     drafter = make_drafter(args.drafter or "eagle3", target, train_if_missing=False, progress=False,
@@ -63,18 +65,22 @@ def record(args) -> int:
 
     start = time.perf_counter()
     record_replay(target, drafter, prompts, out, config, max_depth=args.max_depth, max_verify=args.max_verify,
-                  max_new_tokens=args.max_new_tokens, progress=progress, costs_from=args.costs_from)
+                  max_new_tokens=args.max_new_tokens, progress=progress, costs_from=args.costs_from,
+                  repeats=getattr(args, "cost_repeats", 3), draft_tokens=getattr(args, "cost_tokens", 32))
     bar.close()
     print(f"recorded {len(prompts)} prompts in {out} ({time.perf_counter() - start:.0f} s)")
     return 0
 
 
 def train_replay(args, schedule, name: str) -> dict:
-    """Co-train LTD on ``args.replay`` (default ``<out>/replay-warmup``); returns the
-    training metadata (policies saved as ``name`` and ``name``-independent)."""
+    """Co-train LTD on ``args.replay`` (default ``<out>/replay-warmup``), saving
+    ``name`` and ``name``-independent; with ``args.init``, fine-tune that policy on
+    the recording instead (`specloop.strategies.ltd_train.fine_tune`, ``schedule``'s
+    rounds and co-training steps) and save it as ``name``. Returns the training
+    metadata."""
     from specloop.sim.ltd_replay import ReplayTreeEngine, load_replay, run_replay_policy
-    from specloop.strategies.ltd import save_policy, variant_name
-    from specloop.strategies.ltd_train import co_train
+    from specloop.strategies.ltd import load_policy, save_policy, variant_name
+    from specloop.strategies.ltd_train import co_train, fine_tune
 
     directory = args.replay or default_replay_dir(args.out, "warmup")
     data = load_replay(directory)
@@ -88,13 +94,21 @@ def train_replay(args, schedule, name: str) -> dict:
         best, _ = grid_search_static(lambda p: run_replay_policy(p, data, config), config)
         rate = best["tokens_per_s"] * data.autoregressive_step_s
         print(f"net_tokens reward rate {rate:.3f} (static D={best['depth']} V={best['verify_size']})")
-    result = co_train(lambda: ReplayTreeEngine(data, config), config, schedule, args.seed, args.reward,
-                      reward_rate=rate)
     meta = {"env": "replay", "replay": str(directory), "schedule": schedule.__dict__, "reward": args.reward,
-            "reward_rate": rate,
-            "seed": args.seed, "stages": result["log"], "prompts": len(data.prompts),
+            "reward_rate": rate, "seed": args.seed, "prompts": len(data.prompts),
             "positions": sum(p.positions for p in data.prompts), "costs": {
                 k: data.meta[k] for k in ("drafter", "dtype", "autoregressive_step_s") if k in data.meta}}
+    if getattr(args, "init", None):
+        init = load_policy(args.init)
+        tuned, stages = fine_tune(init, lambda: ReplayTreeEngine(data, init.config), schedule.co_depth_steps,
+                                  schedule.co_size_steps, schedule.rounds, args.seed, args.reward, rate,
+                                  schedule.n_steps)
+        meta.update(init=str(args.init), stages=stages)
+        print(f"saved {save_policy(tuned, name, meta)}")
+        return meta
+    result = co_train(lambda: ReplayTreeEngine(data, config), config, schedule, args.seed, args.reward,
+                      reward_rate=rate)
+    meta["stages"] = result["log"]
     for key, suffix in (("ltd", ""), ("independent", "-independent")):
         print(f"saved {save_policy(result[key], name if not suffix else variant_name(name, suffix), meta)}")
     return meta

@@ -14,6 +14,9 @@ name               what it shows                                                
 ``online_stream``  mean accepted length and tokens/s per chunk over a real       realmodels
                    prompt stream, frozen vs online drafts (OnlineSpec Fig. 3)    (+ stream)
 ``ltd``            LTD depth / verification-size distributions, ablation bars   ltd
+                   (simulator)
+``ltd_real``       LTD on the real decoder: paired speedups over the best        ltd, realmodels
+                   static tree, replay of recorded rounds, transfer
 ``speedup_table``  real-model speedup against HF's modes (greedy, prompt         realmodels
                    lookup, assisted generation)
 =================  ===========================================================  ===========
@@ -43,6 +46,8 @@ FIGURES: dict[str, tuple[str, str]] = {
                       "per-chunk mean accepted length and tokens/s, frozen vs online"),
     "ltd": ("specloop.figures.ltd",
             "LTD depth / verification-size distributions and ablations"),
+    "ltd_real": ("specloop.figures.ltd_real",
+                 "LTD on the real decoder: paired speedups, replay, transfer"),
     "speedup_table": ("specloop.figures.speedup_table",
                       "real-model speedup against HF's decoding modes"),
 }

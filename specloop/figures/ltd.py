@@ -13,14 +13,12 @@ the quick preset uses fewer steps and takes a few minutes on 2 cores).
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 from pathlib import Path
 
 import numpy as np
 
-from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure, require,
-                                    save_figure, sizes, write_csv, write_json)
+from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, new_figure, require,
+                                    run_cli, save_figure, sizes, write_csv, write_json)
 
 __all__ = ["main", "SIZES", "LTD_TARGET_GAIN"]
 
@@ -44,13 +42,10 @@ def _cli(argv: list[str]) -> str:
     Raises:
         RuntimeError: non-zero exit status.
     """
-    from specloop.cli import main as cli_main
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = cli_main(argv)
+    code, text = run_cli(argv)
     if code != 0:
         raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
-    return buffer.getvalue()
+    return text
 
 
 @contextlib.contextmanager
@@ -99,12 +94,8 @@ def _train_own(cfg: dict, out: Path) -> str:
 
 
 def _evaluate(name: str, cfg: dict, out: Path) -> dict:
-    text = _cli(["ltd", "eval", "--env", "sim", "--policy", name, "--episodes",
-                 str(cfg["episodes"]), "--json", "--out", str(out / "eval")])
-    start = text.find("{")
-    if start < 0:
-        raise RuntimeError("`specloop ltd eval --json` printed no JSON")
-    return json.loads(text[start:])
+    return cli_json(["ltd", "eval", "--env", "sim", "--policy", name, "--episodes",
+                     str(cfg["episodes"]), "--json", "--out", str(out / "eval")])
 
 
 def _decisions(out: Path) -> list[dict]:
@@ -213,5 +204,4 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
                  "policy_overhead_fraction": overhead},
         notes=[f"Policies: {name} ({'saved / shipped ltd-sim' if name == SAVED_POLICY else 'trained by this figure with specloop ltd train'}).",
                f"Cost source of the simulated tree world: {result.get('cost_source', 'unknown')}.",
-               "Real-decoder LTD rows (transfer, fine-tuning) come from `specloop ltd eval --env real`; "
-               "not run here."])
+               "Real-decoder and replay LTD rows (transfer, fine-tuning) are figure ltd_real."])

@@ -426,31 +426,28 @@ def _harness(args, config: LTDConfig, split: str, native: bool = False) -> RealH
 
 
 def fine_tune(policy, args, config: LTDConfig):
-    """Fine-tune a (sim-trained) `LTDPolicy` on the real decoder: one alternation
-    (depth with its size policy fixed, then size with the new depth policy fixed),
-    ``args.co_depth_steps`` / ``args.co_size_steps`` env steps, on HumanEval
-    warm-up prompts. Returns (policy, log)."""
-    from specloop.strategies.ltd import LTDPolicy
-    from specloop.strategies.ltd_train import DepthEnv, SizeEnv, train_ppo
+    """Fine-tune a (sim-trained) `LTDPolicy` on the real decoder (wall-clock
+    rewards): `specloop.strategies.ltd_train.fine_tune` with one alternation of
+    ``args.co_depth_steps`` / ``args.co_size_steps`` env steps on HumanEval warm-up
+    prompts. Returns (policy, log)."""
+    from specloop.strategies.ltd_train import fine_tune as fine_tune_policy
 
     harness = _harness(args, policy.config, "warmup")
-    log, depth, size = [], policy.depth_actor, policy.size_actor
-    if depth is not None and args.co_depth_steps > 0:
-        chooser = LTDPolicy(policy.config, None, size, static_verify_size=policy.static_verify_size)
-        env = DepthEnv(RealTreeEngine(harness), chooser.verify_size, policy.static_verify_size, args.reward)
-        _, depth, seconds = train_ppo(env, "depth", args.co_depth_steps, args.seed,
-                                      n_steps=min(2048, args.co_depth_steps), init_actor=depth)
-        env.engine.close()
-        log.append({"kind": "depth", "steps": args.co_depth_steps, "seconds": seconds})
-    if size is not None and args.co_size_steps > 0:
-        chooser = LTDPolicy(policy.config, depth, None, static_depth=policy.static_depth)
-        env = SizeEnv(RealTreeEngine(harness), chooser.continue_drafting, args.reward)
-        _, size, seconds = train_ppo(env, "size", args.co_size_steps, args.seed,
-                                     n_steps=min(2048, args.co_size_steps), init_actor=size)
-        env.engine.close()
-        log.append({"kind": "size", "steps": args.co_size_steps, "seconds": seconds})
-    tuned = LTDPolicy(policy.config, depth, size, static_depth=policy.static_depth,
-                      static_verify_size=policy.static_verify_size, name="ltd-real")
+    engines = []
+
+    def make_engine():
+        engines.append(RealTreeEngine(harness))
+        return engines[-1]
+
+    steps = [s for s in (args.co_depth_steps, args.co_size_steps) if s > 0] or [2048]
+    n_steps = args.n_steps or min(2048, *steps)
+    try:
+        tuned, log = fine_tune_policy(policy, make_engine, args.co_depth_steps, args.co_size_steps, rounds=1,
+                                      seed=args.seed, reward=args.reward, n_steps=n_steps)
+    finally:
+        for engine in engines:
+            engine.close()
+    tuned.name = "ltd-real"
     return tuned, log
 
 
@@ -460,7 +457,8 @@ REAL_GRID_DEPTHS = (1, 2, 3, 4, 5, 6, 8)   # V: the config's sizes >= 4
 def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, load_optional):
     """Rows for ``specloop ltd eval --env real``: static trees grid-searched on
     HumanEval warm-up prompts, then on held-out prompts the best static tree, the
-    sim-trained LTD and its ablations, and the real-fine-tuned LTD (transfer)."""
+    sim-trained LTD and its ablations, and the real-fine-tuned LTD (transfer):
+    ``args.fine_tuned`` (default ``ltd-real``), a row only when that policy exists."""
     import json
 
     from specloop.strategies.ltd import load_policy, variant_name
@@ -486,9 +484,10 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     ltd = load_policy(name)
     harness = _harness(args, ltd.config, "heldout", native=_native(args))
     policies = ablations(ltd, load_optional(variant_name(name, "-independent")), best)
-    tuned = load_optional("ltd-real")
+    tuned_name = getattr(args, "fine_tuned", None) or "ltd-real"
+    tuned = load_optional(tuned_name)
     if tuned is not None:
-        policies["LTD fine-tuned on the real decoder"] = tuned
+        policies[f"LTD fine-tuned on the real decoder ({tuned_name})"] = tuned
     # the first policy is the grid-best static tree: every row is measured against it in the same passes
     rows, decisions = evaluate_rows(harness.run, policies, None, repeats=getattr(args, "repeats", 1),
                                     prompts=harness.prompts, paired=getattr(args, "paired", False))

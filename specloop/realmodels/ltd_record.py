@@ -207,6 +207,30 @@ def measure_round_costs(target, drafter, prompt_ids: torch.Tensor, config: LTDCo
             "verify_seconds": np.concatenate([[0.0], seconds]), "points": points}
 
 
+def _check_resumable(costs_path: Path, config: LTDConfig, max_depth: int, max_verify: int, max_new_tokens: int,
+                     drafter, model) -> None:
+    """Refuse to add to a finished recording made with other settings (a rerun
+    skips the prompt files already there, so they must mean the same thing).
+
+    Raises:
+        ValueError: the recording's depth, V, tokens per prompt, tree width,
+            drafter or dtype differ from this call's.
+    """
+    if not costs_path.is_file():
+        return
+    saved = json.loads(costs_path.read_text())
+    now = {"max_depth": max_depth, "max_verify": max_verify, "top_k": config.top_k,
+           "drafter": getattr(drafter, "name", "?"), "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
+    was = {"max_depth": saved.get("max_depth"), "max_verify": saved.get("max_verify"),
+           "top_k": saved.get("config", {}).get("top_k"), "drafter": saved.get("drafter"), "dtype": saved.get("dtype")}
+    if "costs_from" not in saved:           # copied costs carry the source recording's token count
+        now["max_new_tokens"], was["max_new_tokens"] = max_new_tokens, saved.get("max_new_tokens")
+    differ = {k: (was[k], now[k]) for k in now if was[k] is not None and was[k] != now[k]}
+    if differ:
+        raise ValueError(f"{costs_path.parent} was recorded with other settings (recorded, asked): {differ}; "
+                         "record into another directory")
+
+
 def record_replay(target, drafter, prompts: list, out_dir, config: LTDConfig, *, max_depth: int,
                   max_verify: int, max_new_tokens: int, progress=None, repeats: int = 3,
                   draft_tokens: int = 32, costs_from=None) -> Path:
@@ -238,6 +262,7 @@ def record_replay(target, drafter, prompts: list, out_dir, config: LTDConfig, *,
     model = getattr(target, "model", target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    _check_resumable(out / "costs.json", config, max_depth, max_verify, max_new_tokens, drafter, model)
     eos = eos_ids_of(model, getattr(target, "tokenizer", None))
     for index, prompt in enumerate(prompts):
         path = out / f"prompt-{index:04d}.npz"

@@ -118,6 +118,8 @@ PARTS: list[Part] = [
     Part("online_stream", "real model: prompt stream, frozen vs online drafts",
          _figure_part("online_stream"), real=True),
     Part("ltd", "LTD: learned depth / size policies", _figure_part("ltd")),
+    Part("ltd_real", "real model: LTD against static trees, replay and transfer",
+         _figure_part("ltd_real"), real=True),
 ]
 
 

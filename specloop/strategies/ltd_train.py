@@ -39,7 +39,7 @@ from specloop.strategies.ltd import (CONTINUE, LTDConfig, LTDPolicy, MLPActor, c
                                      depth_observation, size_observation)
 
 __all__ = ["LTDEngine", "DepthEnv", "SizeEnv", "PPO_SETTINGS", "ppo_kwargs", "train_ppo",
-           "CoTrainSchedule", "co_train", "measure_policy_overhead"]
+           "CoTrainSchedule", "co_train", "fine_tune", "measure_policy_overhead"]
 
 
 class LTDEngine(Protocol):
@@ -301,6 +301,46 @@ def co_train(make_engine: Callable[[], LTDEngine], config: LTDConfig, schedule: 
             "depth_only": LTDPolicy(config, depth, None, name="ltd-depth-only", **static),
             "size_only": LTDPolicy(config, None, size, name="ltd-size-only", **static),
             "log": stages}
+
+
+def fine_tune(policy: LTDPolicy, make_engine: Callable[[], LTDEngine], depth_steps: int, size_steps: int,
+              rounds: int = 1, seed: int = 0, reward: str = "throughput", reward_rate: float | None = None,
+              n_steps: int | None = None, log: Callable[[str], None] = print) -> tuple[LTDPolicy, list[dict]]:
+    """Continue training a trained `LTDPolicy` in another engine (LTD's transfer
+    question: sim-trained policies fine-tuned on the real decoder or its recorded
+    rounds). ``rounds`` alternations as in `co_train`'s co-training: the depth
+    actor with the size actor fixed (``depth_steps`` draft steps), then the size
+    actor with the new depth actor fixed (``size_steps`` cycles); each PPO run
+    starts from the policy's weights. A missing actor stays static.
+
+    Returns:
+        (the fine-tuned `LTDPolicy` with the same config and static fallbacks,
+        per-stage log of kind / steps / seconds).
+
+    Raises:
+        ValueError: rounds < 1, negative steps, or a policy with neither actor.
+    """
+    if int(rounds) < 1 or depth_steps < 0 or size_steps < 0:
+        raise ValueError(f"need rounds >= 1 and steps >= 0, got {rounds}, {depth_steps}, {size_steps}")
+    if policy.depth_actor is None and policy.size_actor is None:
+        raise ValueError("a static policy has no actor to fine-tune")
+    config, depth, size, stages = policy.config, policy.depth_actor, policy.size_actor, []
+    statics = {"static_depth": policy.static_depth, "static_verify_size": policy.static_verify_size}
+    rw = {"reward": reward, "reward_rate": reward_rate}
+    for _ in range(int(rounds)):
+        if depth is not None and depth_steps > 0:
+            chooser = LTDPolicy(config, None, size, **statics)
+            env = DepthEnv(make_engine(), chooser.verify_size, policy.static_verify_size, **rw)
+            _, depth, seconds = train_ppo(env, "depth", depth_steps, seed + len(stages), n_steps, init_actor=depth)
+            stages.append({"stage": len(stages), "kind": "depth", "steps": int(depth_steps), "seconds": seconds})
+            log(f"fine-tune stage {len(stages)}: depth policy, {depth_steps} steps, {seconds:.1f} s")
+        if size is not None and size_steps > 0:
+            chooser = LTDPolicy(config, depth, None, **statics)
+            env = SizeEnv(make_engine(), chooser.continue_drafting, **rw)
+            _, size, seconds = train_ppo(env, "size", size_steps, seed + len(stages), n_steps, init_actor=size)
+            stages.append({"stage": len(stages), "kind": "size", "steps": int(size_steps), "seconds": seconds})
+            log(f"fine-tune stage {len(stages)}: size policy, {size_steps} steps, {seconds:.1f} s")
+    return LTDPolicy(config, depth, size, name=f"{policy.name}-fine-tuned", **statics), stages
 
 
 def measure_policy_overhead(policy: LTDPolicy, steps: list[DraftStep], candidates: list[TreeCandidates],

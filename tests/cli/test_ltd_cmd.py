@@ -158,6 +158,29 @@ def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
     assert len(pairs) == 3 and [grid[p] for p in pairs] == sorted(grid.values(), reverse=True)[:3]
 
 
+def test_replay_fine_tune_from_an_init_policy(tmp_path, monkeypatch):
+    """``ltd train --env replay --init P`` fine-tunes P on the recording (``--rounds``
+    alternations of depth then size) and saves one policy with P's config."""
+    from specloop.strategies.ltd import load_policy
+    from tests.sim.test_ltd_replay import write_replay
+
+    monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))
+    replay = tmp_path / "rec"
+    replay.mkdir()
+    write_replay(replay)
+    base, tuned = tmp_path / "base.pt", tmp_path / "tuned.pt"
+    common = ["ltd", "train", "--env", "replay", "--replay", str(replay), "--out", str(tmp_path), *TINY,
+              "--fixed-verify-size", "4"]
+    assert main(common + ["--name", str(base)]) == 0
+    assert main(common + ["--name", str(tuned), "--init", str(base), "--rounds", "2"]) == 0
+    policy = load_policy(tuned)
+    assert policy.config == load_policy(base).config
+    assert policy.meta["init"] == str(base)
+    assert [s["kind"] for s in policy.meta["stages"]] == ["depth", "size", "depth", "size"]
+    assert not (tmp_path / "tuned-independent.pt").exists()
+    assert main(common + ["--name", str(tmp_path / "x.pt"), "--init", str(tmp_path / "missing.pt")]) == 2
+
+
 def test_shipped_replay_policies_load_by_name(tmp_path, monkeypatch):
     """The replay-trained pair ships with the config of its recording (depth 8, V up to 48)."""
     from specloop.strategies.ltd import PRETRAINED_DIR, load_policy

@@ -199,3 +199,44 @@ def test_stream_json_rows_claims_and_plot(tmp_path):
     assert _claims(frozen_only)[0]["holds"] is None        # undecided, never invented
     with pytest.raises(FigureUnavailable):
         _rows_from_stream_json({"methods": {}})
+
+
+def _ltd_rows(env: str, gains: dict) -> list[dict]:
+    rows = []
+    for label, gain in gains.items():
+        row = {"config": label, "mean_accepted_length": 2.0, "tokens_per_s": 30.0 * gain,
+               "speedup_vs_best_static": gain, "mean_depth": 2.0, "mean_verify_size": 8.0}
+        if env == "real":
+            row.update(paired_speedup=gain + 0.01, paired_speedup_se=0.02)
+        rows.append(row)
+    return rows
+
+
+def test_ltd_real_table_claims_and_plot(tmp_path):
+    """Figure (g) on given eval rows (the measurement runs the real decoder: see the
+    slow test): rows join replay and real by policy, verdicts follow the numbers."""
+    from specloop.figures.ltd_real import FINE_TUNED, SIM_POLICY, REWARD_ABLATION, _claims, _plot, _table
+    gains = {"static D=3 V=12 (grid best)": 1.0, "LTD (co-trained)": 1.06, "depth-only (size static)": 1.04,
+             "size-only (depth static)": 1.03, "independent (not co-trained)": 1.07, REWARD_ABLATION: 1.05,
+             SIM_POLICY: 1.02}
+    replay = {"rows": _ltd_rows("replay", {**gains, FINE_TUNED: 1.03})}
+    real = {"rows": _ltd_rows("real", {**gains, f"LTD fine-tuned on the real decoder ({FINE_TUNED})": 1.01})}
+    table = _table(replay, real)
+    assert [r["policy"] for r in table][0] == "static D=3 V=12 (best static)"
+    assert all(r["replay_speedup_vs_best_static"] is not None for r in table)
+    verdict = {c["claim"]: c["holds"] for c in _claims(table)}
+    assert verdict == {"ltd_beats_best_static_real": True, "ltd_cotraining_helps_real": False,
+                       "ltd_fine_tuning_helps_transfer": False}
+    paths = _plot(table, 1.3, tmp_path)
+    assert sorted(p.suffix for p in paths) == [".png", ".svg"] and all(p.stat().st_size for p in paths)
+
+
+def test_ltd_real_unavailable_without_a_shipped_policy(monkeypatch, tmp_path):
+    import specloop.strategies.ltd as ltd
+
+    def missing(name, *args, **kwargs):
+        raise FileNotFoundError(f"no LTD policy {name!r}")
+
+    monkeypatch.setattr(ltd, "load_policy", missing)
+    with pytest.raises(FigureUnavailable, match="ltd-replay"):
+        run_figure("ltd_real", tmp_path, quick=True)

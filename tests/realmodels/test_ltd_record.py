@@ -62,6 +62,8 @@ def test_recording_is_plain_greedy_and_resumable(recorded):
     for key in ("tokens", "parents", "probs", "target_next", "root_next"):
         np.testing.assert_array_equal(getattr(again, key), getattr(data.prompts[1], key))
     assert len(before) > 0 and data.meta["costs_from"].endswith("costs.json")
+    with pytest.raises(ValueError, match="other settings"):        # resuming must not mix recordings
+        record_replay(target, drafter, prompts, out, CFG, max_depth=3, max_verify=16, max_new_tokens=TOKENS)
 
 
 @pytest.mark.parametrize("policy", [LTDPolicy(CFG, static_depth=1, static_verify_size=4),

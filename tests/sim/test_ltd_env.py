@@ -169,3 +169,31 @@ def test_tiny_ppo_and_exported_actor_match_sb3(world, kind, factory):
         obs, _, term, trunc, _ = obs_env.step(int(rng.integers(obs_env.action_space.n)))
         if term or trunc:
             obs, _ = obs_env.reset()
+
+
+def test_fine_tune_continues_from_the_policy_and_leaves_it_untouched(world):
+    """`fine_tune` (LTD's transfer step) starts PPO from the policy's weights, keeps
+    its config and static fallbacks, trains depth then size per round, and does not
+    change the policy it was given."""
+    import torch
+
+    from specloop.sim.ltd_env import SimTreeEngine
+    from specloop.strategies.ltd_train import fine_tune
+
+    depth = train_ppo(make_depth_env(world=world), "depth", 64, seed=0, n_steps=32)[1]
+    size = train_ppo(make_size_env(world=world), "size", 64, seed=1, n_steps=32)[1]
+    policy = LTDPolicy(CFG, depth, size, static_verify_size=4, name="base")
+    before = [t.clone() for t in (*depth.state_dict().values(), *size.state_dict().values())]
+    # 64 steps = two PPO updates of 32: the linear decay makes the last update's learning rate 0
+    tuned, stages = fine_tune(policy, lambda: SimTreeEngine(world), 64, 64, rounds=2, seed=3, n_steps=32,
+                              log=lambda _: None)
+    assert [s["kind"] for s in stages] == ["depth", "size", "depth", "size"]
+    assert tuned.config == CFG and tuned.static_verify_size == 4 and tuned.static_depth == policy.static_depth
+    after = [*depth.state_dict().values(), *size.state_dict().values()]
+    assert all(torch.equal(a, b) for a, b in zip(before, after)), "the given policy's actors changed"
+    moved = [not torch.equal(a, b) for a, b in zip(depth.state_dict().values(), tuned.depth_actor.state_dict().values())]
+    assert any(moved), "fine-tuning did not update the depth actor"
+    with pytest.raises(ValueError, match="static"):
+        fine_tune(LTDPolicy(CFG, static_depth=2, static_verify_size=4), lambda: SimTreeEngine(world), 32, 32)
+    with pytest.raises(ValueError, match="rounds"):
+        fine_tune(policy, lambda: SimTreeEngine(world), 32, 32, rounds=0)

@@ -1,0 +1,244 @@
+"""Figure (g): Learning To Draft (LTD) on the real decoder (issue 8): SmolLM2-135M in
+bfloat16 with the shipped EAGLE-3 head drafting EAGLE-2 trees, HumanEval prompts.
+
+Three panels, every number measured by this figure through the CLI, in-process:
+
+1. **Real decoder** (``specloop ltd eval --env real --paired``): wall-clock tokens/s
+   of each policy relative to the best static tree, paired per prompt (the policies
+   run back to back on the same prompt, alternating order; greedy output does not
+   depend on the policy, so a time ratio is a speed ratio), with standard errors.
+   The static trees are grid-searched on the warm-up recording and the best few
+   re-measured on real warm-up prompts (``--grid-from-replay``).
+2. **Replay** (``specloop ltd eval --env replay``): the same policies on held-out
+   rounds recorded from the real decoder (``specloop ltd record``: every position's
+   full draft tree and the target's tokens; costs timed on real decoder rounds),
+   with the clairvoyant per-round oracle as the ceiling.
+3. **Transfer**: the simulator-trained pair as shipped, the same pair fine-tuned on
+   the recorded real rounds, and a pair trained on them from scratch (all on LTD's
+   throughput reward), on the replay and on the real decoder.
+
+Rows: static tree (grid best), LTD (co-trained on the recording, net-tokens reward),
+depth-only, size-only, the independent (not co-trained) pair, the reward ablation
+(the same training on LTD's per-cycle throughput reward), the sim-trained pair
+(``ltd-sim``) and the fine-tuned pair (``ltd-sim-replay-ft``). The recordings are
+written into the figure's folder and reused on a rerun (``ltd record`` resumes).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, new_figure, require,
+                                    run_cli, save_figure, sizes, write_csv, write_json)
+from specloop.figures.ltd import LTD_TARGET_GAIN
+
+__all__ = ["main", "SIZES", "POLICY", "SIM_POLICY", "FINE_TUNED", "REWARD_ABLATION"]
+
+NAME = "ltd_real"
+POLICY = "ltd-replay"                 # co-trained on recorded real rounds (net_tokens reward)
+REWARD_ABLATION = "ltd-replay-throughput"  # the same training on LTD's throughput reward
+SIM_POLICY = "ltd-sim"                # trained only in the simulator
+FINE_TUNED = "ltd-sim-replay-ft"      # ltd-sim fine-tuned on the recorded real rounds
+DRAFTER = "eagle3"
+
+# Recording settings must match the shipped replay policies (top-6 trees, D <= 8, V <= 48).
+RECORD = {"max_depth": 8, "max_verify": 48, "top_k": 6}
+
+SIZES = {
+    "full": {"warmup_prompts": 48, "heldout_prompts": 16, "record_tokens": 64, "cost_repeats": 3,
+             "cost_tokens": 32, "real_prompts": 8, "real_tokens": 64, "repeats": 5, "grid_top": 6},
+    "quick": {"warmup_prompts": 8, "heldout_prompts": 4, "record_tokens": 32, "cost_repeats": 1,
+              "cost_tokens": 16, "real_prompts": 4, "real_tokens": 32, "repeats": 2, "grid_top": 3},
+    "tiny": {"warmup_prompts": 1, "heldout_prompts": 1, "record_tokens": 6, "cost_repeats": 1,
+             "cost_tokens": 4, "real_prompts": 1, "real_tokens": 6, "repeats": 1, "grid_top": 1},
+}
+
+SHORT = {"LTD (co-trained)": "LTD (co-trained)",
+         "depth-only (size static)": "depth-only",
+         "size-only (depth static)": "size-only",
+         "independent (not co-trained)": "independent pair",
+         REWARD_ABLATION: "reward: per-cycle throughput",
+         SIM_POLICY: "transfer: sim-trained only",
+         FINE_TUNED: "transfer: sim + fine-tuned on real rounds"}
+
+
+def _short(label: str) -> str:
+    if label.startswith("static"):
+        return label.replace(" (grid best)", "") + " (best static)"
+    if label.startswith("LTD fine-tuned on the real decoder"):
+        return SHORT[FINE_TUNED]
+    return SHORT.get(label, label)
+
+
+def _record(out: Path, split: str, prompts: int, cfg: dict, costs_from: Path | None) -> Path:
+    directory = out / f"replay-{split}"
+    argv = ["ltd", "record", "--split", split, "--prompts", str(prompts), "--drafter", DRAFTER,
+            "--dtype", "bfloat16", "--max-new-tokens", str(cfg["record_tokens"]), "--replay", str(directory),
+            "--out", str(out), "--max-depth", str(RECORD["max_depth"]), "--max-verify", str(RECORD["max_verify"]),
+            "--top-k", str(RECORD["top_k"]), "--cost-repeats", str(cfg["cost_repeats"]),
+            "--cost-tokens", str(cfg["cost_tokens"])]
+    if costs_from is not None:
+        argv += ["--costs-from", str(costs_from)]
+    code, _ = run_cli(argv)
+    if code != 0:
+        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
+    return directory
+
+
+def _measure(out: Path, cfg: dict) -> tuple[dict, dict]:
+    warmup = _record(out, "warmup", cfg["warmup_prompts"], cfg, None)
+    heldout = _record(out, "heldout", cfg["heldout_prompts"], cfg, warmup)
+    extras = ",".join((REWARD_ABLATION, SIM_POLICY))
+    replay = cli_json(["ltd", "eval", "--env", "replay", "--policy", POLICY, "--tune-replay", str(warmup),
+                       "--replay", str(heldout), "--extra-policies", f"{extras},{FINE_TUNED}",
+                       "--out", str(out / "replay_eval"), "--json"])
+    real = cli_json(["ltd", "eval", "--env", "real", "--drafter", DRAFTER, "--dtype", "bfloat16",
+                     "--policy", POLICY, "--grid-from-replay", str(warmup), "--grid-top", str(cfg["grid_top"]),
+                     "--paired", "--repeats", str(cfg["repeats"]), "--prompts", str(cfg["real_prompts"]),
+                     "--max-new-tokens", str(cfg["real_tokens"]), "--extra-policies", extras,
+                     "--fine-tuned", FINE_TUNED, "--out", str(out / "real_eval"), "--json"])
+    return replay, real
+
+
+def _table(replay: dict, real: dict) -> list[dict]:
+    """One row per policy: replay and real speedups over the best static tree."""
+    by_replay = {_short(r["config"]): r for r in replay["rows"]}
+    table = []
+    for row in real["rows"]:
+        name = _short(row["config"])
+        rep = by_replay.get(name, {})
+        table.append({"policy": name, "real_speedup_vs_best_static": row["speedup_vs_best_static"],
+                      "real_paired_speedup": row.get("paired_speedup"),
+                      "real_paired_speedup_se": row.get("paired_speedup_se"),
+                      "real_tokens_per_s": row["tokens_per_s"],
+                      "real_mean_accepted_length": row["mean_accepted_length"],
+                      "real_mean_depth": row["mean_depth"], "real_mean_verify_size": row["mean_verify_size"],
+                      "replay_speedup_vs_best_static": rep.get("speedup_vs_best_static"),
+                      "replay_mean_accepted_length": rep.get("mean_accepted_length")})
+    return table
+
+
+def _claims(table: list[dict]) -> list[dict]:
+    rows = {r["policy"]: r for r in table}
+    claims = []
+    ltd = rows.get("LTD (co-trained)")
+    if ltd is not None:
+        se = ltd["real_paired_speedup_se"]
+        claims.append({
+            "claim": "ltd_beats_best_static_real",
+            "statement": f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s of the best "
+                         "grid-searched static tree on the real decoder",
+            "holds": bool(ltd["real_speedup_vs_best_static"] >= LTD_TARGET_GAIN),
+            "evidence": f"{ltd['real_speedup_vs_best_static']:.3f}x pooled tokens/s; paired "
+                        f"{ltd['real_paired_speedup']:.3f} +- {se if se == se else float('nan'):.3f} (s.e.); "
+                        f"replay {ltd['replay_speedup_vs_best_static']:.3f}x"})
+        ind = rows.get("independent pair")
+        if ind is not None:
+            claims.append({
+                "claim": "ltd_cotraining_helps_real",
+                "statement": "LTD: alternating co-training beats the independently trained pair (real decoder)",
+                "holds": bool(ltd["real_tokens_per_s"] >= ind["real_tokens_per_s"]),
+                "evidence": f"co-trained {ltd['real_tokens_per_s']:.2f} vs independent "
+                            f"{ind['real_tokens_per_s']:.2f} tokens/s"})
+    sim, tuned = rows.get(SHORT[SIM_POLICY]), rows.get(SHORT[FINE_TUNED])
+    if sim is not None and tuned is not None:
+        claims.append({
+            "claim": "ltd_fine_tuning_helps_transfer",
+            "statement": "LTD transfer: the sim-trained policy fine-tuned on real rounds beats it unchanged "
+                         "on the real decoder",
+            "holds": bool(tuned["real_tokens_per_s"] >= sim["real_tokens_per_s"]),
+            "evidence": f"fine-tuned {tuned['real_speedup_vs_best_static']:.3f}x vs sim-only "
+                        f"{sim['real_speedup_vs_best_static']:.3f}x best static (real); replay "
+                        f"{tuned['replay_speedup_vs_best_static']:.3f}x vs {sim['replay_speedup_vs_best_static']:.3f}x"})
+    return claims
+
+
+def _plot(table: list[dict], oracle: float, out: Path) -> list[Path]:
+    fig, axes = new_figure(ncols=3, width=4.8, height=4.2)
+    names = [r["policy"] for r in table]
+    y = np.arange(len(names))
+    colors = ["C7" if n.endswith("(best static)") else "C2" if n.startswith("transfer") else "C0" for n in names]
+    paired = np.array([r["real_paired_speedup"] if r["real_paired_speedup"] is not None
+                       else r["real_speedup_vs_best_static"] for r in table], dtype=float)
+    err = np.array([r["real_paired_speedup_se"] or 0.0 for r in table], dtype=float)
+    err = np.where(np.isfinite(err), err, 0.0)
+    axes[0].barh(y, paired, xerr=err, color=colors, capsize=2)
+    axes[0].plot([r["real_speedup_vs_best_static"] for r in table], y, "k|", ms=10, label="pooled tokens/s")
+    axes[0].set_yticks(y, names, fontsize=7)
+    axes[0].set(xlabel="speed / best static tree (paired, +- s.e.)", title="real decoder (wall clock)")
+    axes[0].legend(fontsize=7, loc="lower right")
+    replay = np.array([np.nan if r["replay_speedup_vs_best_static"] is None else r["replay_speedup_vs_best_static"]
+                       for r in table], dtype=float)
+    axes[1].barh(y, np.nan_to_num(replay, nan=0.0), color=colors)
+    if np.isfinite(oracle):
+        axes[1].axvline(oracle, color="C1", lw=1.0, ls="--", label=f"per-round oracle {oracle:.2f}x")
+        axes[1].legend(fontsize=7, loc="lower right")
+    axes[1].set_yticks(y, [""] * len(names))
+    axes[1].set(xlabel="tokens/s / best static tree", title="replay of recorded real rounds")
+    for ax in axes[:2]:
+        ax.invert_yaxis()
+        ax.axvline(1.0, color="k", lw=0.8)
+        ax.axvline(LTD_TARGET_GAIN, color="C3", lw=0.8, ls=":")
+        finite = [v for v in np.concatenate([paired + err, replay, [oracle]]) if np.isfinite(v)]
+        lo = min(finite + [1.0])
+        ax.set_xlim(max(0.0, lo - 0.05), max(finite + [LTD_TARGET_GAIN]) + 0.05)
+    _plot_transfer(axes[2], {r["policy"]: r for r in table})
+    return save_figure(fig, out, NAME)
+
+
+def _plot_transfer(ax, rows: dict) -> None:
+    groups = [("sim-trained\nonly", SHORT[SIM_POLICY]),
+              ("sim-trained,\nfine-tuned on\nreal rounds", SHORT[FINE_TUNED]),
+              ("trained on\nreal rounds", SHORT[REWARD_ABLATION])]
+    x = np.arange(len(groups))
+    for i, (env, key, color) in enumerate((("replay", "replay_speedup_vs_best_static", "C2"),
+                                           ("real decoder", "real_speedup_vs_best_static", "C0"))):
+        values = [rows.get(name, {}).get(key) for _, name in groups]
+        ax.bar(x + (i - 0.5) * 0.38, [np.nan if v is None else v for v in values], width=0.38, color=color,
+               label=env)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, [g for g, _ in groups], fontsize=7)
+    ax.set(ylabel="tokens/s / best static tree", title="transfer (LTD's throughput reward)")
+    ax.set_ylim(bottom=0.8)
+    ax.legend(fontsize=7)
+
+
+def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
+    """Record, replay and run LTD on the real decoder; save and plot figure (g).
+
+    Raises:
+        FigureUnavailable: the real-model layer, the target's package, the shipped
+            EAGLE-3 head or the shipped LTD policies are missing.
+    """
+    cfg = sizes(SIZES, quick)
+    out = Path(out_dir)
+    ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
+    require("specloop.realmodels.ltd_record", "record_replay", why="`specloop ltd record` (issue 8)")
+    for name in (POLICY, REWARD_ABLATION, SIM_POLICY, FINE_TUNED):
+        try:
+            ltd.load_policy(name)
+        except FileNotFoundError as exc:
+            raise FigureUnavailable(f"LTD policy {name!r} is not shipped or saved: {exc}") from exc
+    try:
+        replay, real = _measure(out, cfg)
+    except (FileNotFoundError, ImportError) as exc:     # the target's package or the drafter's checkpoint
+        raise FigureUnavailable(f"cannot run LTD on the real decoder: {exc}") from exc
+    write_json(out / "ltd_eval_replay.json", replay)
+    write_json(out / "ltd_eval_real.json", real)
+    table = _table(replay, real)
+    data = [write_csv(out / f"{NAME}_rows.csv", table), out / "ltd_eval_replay.json", out / "ltd_eval_real.json"]
+    images = _plot(table, float(replay.get("oracle_vs_best_static", np.nan)), out)
+    best = real["best_static"]
+    return FigureResult(
+        name=NAME, title="LTD on the real decoder: paired speedups, replay, transfer",
+        data_paths=data, image_paths=images, claims=_claims(table), table=table,
+        numbers={"best_static_depth": best["depth"], "best_static_verify_size": best["verify_size"],
+                 "real_prompts": cfg["real_prompts"], "repeats": cfg["repeats"],
+                 "replay_prompts": replay.get("prompts"),
+                 "oracle_vs_best_static_replay": replay.get("oracle_vs_best_static"),
+                 "policy_overhead_fraction": real.get("policy_overhead", {}).get("overhead_fraction")},
+        notes=["Target SmolLM2-135M bfloat16, drafter: the shipped EAGLE-3 head (bfloat16), HumanEval prompts; "
+               "static trees grid-searched on warm-up prompts, policies evaluated on held-out prompts.",
+               "Wall-clock rows on a shared or 2-core machine move by ~5 % between runs; the paired ratio and "
+               "its standard error are the number to read."])
