@@ -29,9 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
-from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, new_figure, require,
+from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, fmt, new_figure, require,
                                     run_cli, save_figure, sizes, write_csv, write_json)
-from specloop.figures.ltd import LTD_TARGET_GAIN
+from specloop.figures.ltd import LTD_TARGET_GAIN, cotraining_claim
 
 __all__ = ["main", "SIZES", "POLICY", "SIM_POLICY", "FINE_TUNED", "REWARD_ABLATION"]
 
@@ -124,23 +124,17 @@ def _claims(table: list[dict]) -> list[dict]:
     claims = []
     ltd = rows.get("LTD (co-trained)")
     if ltd is not None:
-        se = ltd["real_paired_speedup_se"]
         claims.append({
             "claim": "ltd_beats_best_static_real",
             "statement": f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s of the best "
                          "grid-searched static tree on the real decoder",
             "holds": bool(ltd["real_speedup_vs_best_static"] >= LTD_TARGET_GAIN),
             "evidence": f"{ltd['real_speedup_vs_best_static']:.3f}x pooled tokens/s; paired "
-                        f"{ltd['real_paired_speedup']:.3f} +- {se if se == se else float('nan'):.3f} (s.e.); "
-                        f"replay {ltd['replay_speedup_vs_best_static']:.3f}x"})
+                        f"{fmt(ltd['real_paired_speedup'])} +- {fmt(ltd['real_paired_speedup_se'])} (s.e.); "
+                        f"replay {fmt(ltd['replay_speedup_vs_best_static'])}x"})
         ind = rows.get("independent pair")
         if ind is not None:
-            claims.append({
-                "claim": "ltd_cotraining_helps_real",
-                "statement": "LTD: alternating co-training beats the independently trained pair (real decoder)",
-                "holds": bool(ltd["real_tokens_per_s"] >= ind["real_tokens_per_s"]),
-                "evidence": f"co-trained {ltd['real_tokens_per_s']:.2f} vs independent "
-                            f"{ind['real_tokens_per_s']:.2f} tokens/s"})
+            claims.append(cotraining_claim("real", ltd["real_tokens_per_s"], ind["real_tokens_per_s"]))
     sim, tuned = rows.get(SHORT[SIM_POLICY]), rows.get(SHORT[FINE_TUNED])
     if sim is not None and tuned is not None:
         claims.append({
@@ -150,7 +144,7 @@ def _claims(table: list[dict]) -> list[dict]:
             "holds": bool(tuned["real_tokens_per_s"] >= sim["real_tokens_per_s"]),
             "evidence": f"fine-tuned {tuned['real_speedup_vs_best_static']:.3f}x vs sim-only "
                         f"{sim['real_speedup_vs_best_static']:.3f}x best static (real); replay "
-                        f"{tuned['replay_speedup_vs_best_static']:.3f}x vs {sim['replay_speedup_vs_best_static']:.3f}x"})
+                        f"{fmt(tuned['replay_speedup_vs_best_static'])}x vs {fmt(sim['replay_speedup_vs_best_static'])}x"})
     return claims
 
 
