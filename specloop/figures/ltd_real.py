@@ -103,11 +103,14 @@ def _measure(out: Path, cfg: dict) -> tuple[dict, dict]:
 
 def _table(replay: dict, real: dict) -> list[dict]:
     """One row per policy: replay and real speedups over the best static tree."""
-    by_replay = {_short(r["config"]): r for r in replay["rows"]}
+    def key(label: str) -> str:       # each env's own grid-best static tree is its reference row
+        return "static" if label.startswith("static") else _short(label)
+
+    by_replay = {key(r["config"]): r for r in replay["rows"]}
     table = []
     for row in real["rows"]:
         name = _short(row["config"])
-        rep = by_replay.get(name, {})
+        rep = by_replay.get(key(row["config"]), {})
         table.append({"policy": name, "real_speedup_vs_best_static": row["speedup_vs_best_static"],
                       "real_paired_speedup": row.get("paired_speedup"),
                       "real_paired_speedup_se": row.get("paired_speedup_se"),
