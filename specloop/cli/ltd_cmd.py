@@ -50,12 +50,16 @@ def register(subparsers) -> None:
     train = sub.add_parser("train", help="train LTD policies (sim: from scratch; real: fine-tune)")
     _common(train)
     train.add_argument("--name", default=None,
-                       help="policy name or file path (default ltd-sim / ltd-real)")
+                       help="policy name or file path to save (default: ltd-sim for sim, ltd-real for real, "
+                            "ltd-replay for replay; a saved name takes precedence over the shipped policy of the "
+                            "same name)")
     train.add_argument("--depth-steps", type=int, default=30_720, help="initial depth-policy env steps")
     train.add_argument("--size-steps", type=int, default=16_384, help="initial size-policy env steps (cycles)")
     train.add_argument("--rounds", type=int, default=2, help="alternating co-training rounds")
-    train.add_argument("--co-depth-steps", type=int, default=12_288)
-    train.add_argument("--co-size-steps", type=int, default=8_192)
+    train.add_argument("--co-depth-steps", type=int, default=12_288,
+                       help="depth-policy env steps per co-training round (and per fine-tuning round)")
+    train.add_argument("--co-size-steps", type=int, default=8_192,
+                       help="size-policy cycles per co-training round (and per fine-tuning round)")
     train.add_argument("--n-steps", type=int, default=None,
                        help="PPO rollout length (default LTD's 2048; smaller for quick runs)")
     train.add_argument("--fixed-verify-size", type=int, default=12,
@@ -71,13 +75,16 @@ def register(subparsers) -> None:
     train.add_argument("--ablation-only", action="store_true",
                        help="(sim) train only the --reward-ablation size policies, not the co-trained pair")
     train.add_argument("--init", default=None,
-                       help="policy to fine-tune (real: default ltd-sim; replay: fine-tune it on the recording "
-                            "instead of training from scratch)")
+                       help="policy (name or path) to fine-tune instead of training from scratch: --rounds "
+                            "alternations of --co-depth-steps / --co-size-steps from its weights (the initial-stage "
+                            "--depth-steps / --size-steps / --fixed-verify-size are not used). real: default ltd-sim; "
+                            "replay: no default (without it, replay trains from scratch)")
     train.set_defaults(func=_train)
     ev = sub.add_parser("eval", help="evaluate LTD against static trees and its ablations")
     _common(ev)
     ev.add_argument("--policy", default=None,
-                    help="LTD policy name or file path (default ltd-sim); its variants are looked up beside it")
+                    help="LTD policy name or file path (default ltd-sim; ltd-replay with --env replay); its "
+                         "variants are looked up beside it")
     ev.add_argument("--episodes", type=int, default=48, help="(sim) evaluation prompts")
     ev.add_argument("--json", action="store_true", help="print the result as JSON")
     ev.add_argument("--grid-only", action="store_true",
@@ -91,8 +98,8 @@ def register(subparsers) -> None:
     ev.add_argument("--extra-policies", default="",
                     help="comma-separated policy names / paths evaluated as extra rows (e.g. another reward)")
     ev.add_argument("--fine-tuned", default="ltd-real",
-                    help="(real) the transfer row: a policy fine-tuned on the real decoder or its recorded rounds "
-                         "(`ltd train --env real|replay --init ltd-sim`); skipped when it does not exist")
+                    help="(real, replay) the transfer row: a policy fine-tuned on the real decoder or its recorded "
+                         "rounds (`ltd train --env real|replay --init ltd-sim`); skipped when it does not exist")
     ev.add_argument("--tune-replay", type=Path, default=None,
                     help="(replay) recording the static trees are grid-searched on (default <out>/replay-warmup)")
     ev.add_argument("--grid-from-replay", type=Path, default=None,
@@ -127,11 +134,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--replay", type=Path, default=None,
                    help="(replay) recording directory: written by record (default <out>/replay-<split>), trained "
                         "on by train (default <out>/replay-warmup), evaluated on by eval (<out>/replay-heldout)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory")
+    p.add_argument("--seed", type=int, default=0, help="PPO / environment seed (default 0)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help=f"output directory, relative to the current one (default {DEFAULT_OUT})")
     p.add_argument("--prompts", type=int, default=8, help="(real) prompts per evaluation / training pass")
     p.add_argument("--max-new-tokens", type=int, default=64, help="(real) tokens per prompt")
-    p.add_argument("--drafter", default=None, help="(real) drafter checkpoint / name (see realmodels.ltd_env)")
+    p.add_argument("--drafter", default=None,
+                   help="(real, record) EAGLE tree drafter: eagle (default for real) or eagle3 (default for record)")
     p.add_argument("--dtype", default="bfloat16",
                    help="(real) target dtype (bfloat16: the sim's cost column; float32 for exactness)")
 
@@ -465,10 +474,18 @@ def _write(args, result: dict, decisions: dict) -> None:
 
 
 def _print_table(result: dict) -> None:
-    print(f"LTD eval ({result['env']}, policy {result['policy']}); best static {result['best_static']}")
-    print(f"{'config':40s} {'tau':>6s} {'tok/s':>8s} {'vs best static':>14s} {'D':>5s} {'V':>6s}")
+    best = result["best_static"]
+    print(f"LTD eval ({result['env']}); LTD (co-trained) = policy {result['policy']}")
+    print(f"best static tree, grid-searched on the tuning prompts: D={best['depth']} V={best['verify_size']} "
+          f"({best['tokens_per_s']:.2f} tokens/s there); rows below are on the evaluation prompts, relative to it")
+    print("tau = mean accepted length (tokens per round); D, V = mean draft depth and verification size")
+    print(f"{'config':60s} {'tau':>6s} {'tok/s':>8s} {'vs best static':>14s} {'D':>5s} {'V':>6s}")
     for row in result["rows"]:
-        print(f"{row['config']:40s} {row['mean_accepted_length']:6.2f} {row['tokens_per_s']:8.2f} "
+        print(f"{row['config']:60s} {row['mean_accepted_length']:6.2f} {row['tokens_per_s']:8.2f} "
               f"{row['speedup_vs_best_static']:14.3f} {row['mean_depth']:5.2f} {row['mean_verify_size']:6.1f}")
+    if "oracle_vs_best_static" in result:
+        print(f"clairvoyant per-round oracle: {result['oracle_vs_best_static']:.3f}x the best static tree")
     if "policy_overhead" in result:
-        print(f"policy overhead: {result['policy_overhead']}")
+        frac = result["policy_overhead"].get("overhead_fraction")
+        print(f"policy overhead: {100 * frac:.2f} % of a round" if frac is not None else
+              f"policy overhead: {result['policy_overhead']}")

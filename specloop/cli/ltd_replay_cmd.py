@@ -45,13 +45,15 @@ def record(args) -> int:
     from specloop.realmodels.drafters.registry import make_drafter
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.ltd_env import _prompt_ids
-    from specloop.realmodels.ltd_record import record_replay
+    from specloop.realmodels.ltd_record import check_resumable, record_replay
 
     if args.max_depth < 1 or args.max_verify < 2 or args.max_new_tokens < 1 or args.prompts < 1:
         raise ValueError("need --max-depth >= 1, --max-verify >= 2, --max-new-tokens >= 1 and --prompts >= 1")
     if getattr(args, "cost_repeats", 3) < 1 or getattr(args, "cost_tokens", 32) < 2:
         raise ValueError("need --cost-repeats >= 1 and --cost-tokens >= 2")
     out = args.replay or default_replay_dir(args.out, args.split)
+    check_resumable(out, max_depth=args.max_depth, max_verify=args.max_verify, max_new_tokens=args.max_new_tokens,
+                    top_k=args.top_k, drafter=args.drafter or "eagle3", dtype=args.dtype)    # before loading
     target = load_model("smollm2-135m", dtype=args.dtype)
     drafter = make_drafter(args.drafter or "eagle3", target, train_if_missing=False, progress=False,
                            dtype=args.dtype)
@@ -103,7 +105,9 @@ def train_replay(args, schedule, name: str) -> dict:
         tuned, stages = fine_tune(init, lambda: ReplayTreeEngine(data, init.config), schedule.co_depth_steps,
                                   schedule.co_size_steps, schedule.rounds, args.seed, args.reward, rate,
                                   schedule.n_steps)
-        meta.update(init=str(args.init), stages=stages)
+        meta.update(init=str(args.init), stages=stages,
+                    schedule={k: getattr(schedule, k) for k in ("rounds", "co_depth_steps", "co_size_steps",
+                                                                 "n_steps")})
         print(f"saved {save_policy(tuned, name, meta)}")
         return meta
     result = co_train(lambda: ReplayTreeEngine(data, config), config, schedule, args.seed, args.reward,
@@ -121,7 +125,7 @@ def replay_eval(args, ablations, evaluate_rows, load_optional):
     tree first."""
     from specloop.cli.ltd_cmd import grid_search_static
     from specloop.sim.ltd_replay import load_replay, oracle_tokens_per_second, run_replay_policy
-    from specloop.strategies.ltd import load_policy, variant_name
+    from specloop.strategies.ltd import fine_tuned_label, load_policy, variant_name
 
     name = args.policy or "ltd-replay"
     ltd = load_policy(name)
@@ -134,8 +138,12 @@ def replay_eval(args, ablations, evaluate_rows, load_optional):
         return run_replay_policy(policy, held, config)
 
     # the first policy is the tuning grid's best static tree: rows are relative to it
-    rows, decisions = evaluate_rows(run, ablations(ltd, load_optional(variant_name(name, "-independent")), best),
-                                    None)
+    policies = ablations(ltd, load_optional(variant_name(name, "-independent")), best)
+    tuned_name = getattr(args, "fine_tuned", None)
+    tuned = load_optional(tuned_name) if tuned_name else None
+    if tuned is not None:
+        policies[fine_tuned_label(tuned_name)] = tuned
+    rows, decisions = evaluate_rows(run, policies, None)
     best_tps = rows[0]["tokens_per_s"]
     held_best = max(grid_search_static(run, config)[1], key=lambda r: r["tokens_per_s"])
     oracle = oracle_tokens_per_second(held, config)

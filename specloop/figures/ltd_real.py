@@ -66,7 +66,7 @@ SHORT = {"LTD (co-trained)": "LTD (co-trained)",
 def _short(label: str) -> str:
     if label.startswith("static"):
         return label.replace(" (grid best)", "") + " (best static)"
-    if label.startswith("LTD fine-tuned on the real decoder"):
+    if label.startswith("LTD fine-tuned on"):     # strategies.ltd.fine_tuned_label (any policy name)
         return SHORT[FINE_TUNED]
     return SHORT.get(label, label)
 
@@ -91,7 +91,7 @@ def _measure(out: Path, cfg: dict) -> tuple[dict, dict]:
     heldout = _record(out, "heldout", cfg["heldout_prompts"], cfg, warmup)
     extras = ",".join((REWARD_ABLATION, SIM_POLICY))
     replay = cli_json(["ltd", "eval", "--env", "replay", "--policy", POLICY, "--tune-replay", str(warmup),
-                       "--replay", str(heldout), "--extra-policies", f"{extras},{FINE_TUNED}",
+                       "--replay", str(heldout), "--extra-policies", extras, "--fine-tuned", FINE_TUNED,
                        "--out", str(out / "replay_eval"), "--json"])
     real = cli_json(["ltd", "eval", "--env", "real", "--drafter", DRAFTER, "--dtype", "bfloat16",
                      "--policy", POLICY, "--grid-from-replay", str(warmup), "--grid-top", str(cfg["grid_top"]),
@@ -151,35 +151,39 @@ def _claims(table: list[dict]) -> list[dict]:
     return claims
 
 
-def _plot(table: list[dict], oracle: float, out: Path) -> list[Path]:
+def _column(table: list[dict], key: str) -> np.ndarray:
+    return np.array([np.nan if r.get(key) is None else r[key] for r in table], dtype=float)
+
+
+def _plot(table: list[dict], oracle: float, out: Path, scale_note: str = "") -> list[Path]:
+    """Dot plots (ratios around 1 on a cut axis: no bars). Colours: grey = the static
+    tree, blue = LTD and its ablations, green = the transfer rows, in every panel."""
     fig, axes = new_figure(ncols=3, width=4.8, height=4.2)
     names = [r["policy"] for r in table]
     y = np.arange(len(names))
     colors = ["C7" if n.endswith("(best static)") else "C2" if n.startswith("transfer") else "C0" for n in names]
-    paired = np.array([r["real_paired_speedup"] if r["real_paired_speedup"] is not None
-                       else r["real_speedup_vs_best_static"] for r in table], dtype=float)
-    err = np.array([r["real_paired_speedup_se"] or 0.0 for r in table], dtype=float)
-    err = np.where(np.isfinite(err), err, 0.0)
-    axes[0].barh(y, paired, xerr=err, color=colors, capsize=2)
-    axes[0].plot([r["real_speedup_vs_best_static"] for r in table], y, "k|", ms=10, label="pooled tokens/s")
+    pooled, replay = _column(table, "real_speedup_vs_best_static"), _column(table, "replay_speedup_vs_best_static")
+    paired, err = _column(table, "real_paired_speedup"), np.nan_to_num(_column(table, "real_paired_speedup_se"))
+    axes[0].scatter(pooled, y, c=colors, s=36, zorder=3)
+    axes[0].scatter([], [], c="C0", s=36, label="pooled tokens/s")      # legend entry in the LTD colour
+    axes[0].errorbar(paired, y + 0.25, xerr=err, fmt="none", ecolor="k", capsize=2, lw=0.8)
+    axes[0].scatter(paired, y + 0.25, facecolors="none", edgecolors="k", s=20, zorder=3,
+                    label="paired ratio +- s.e.")
     axes[0].set_yticks(y, names, fontsize=7)
-    axes[0].set(xlabel="speed / best static tree (paired, +- s.e.)", title="real decoder (wall clock)")
-    axes[0].legend(fontsize=7, loc="lower right")
-    replay = np.array([np.nan if r["replay_speedup_vs_best_static"] is None else r["replay_speedup_vs_best_static"]
-                       for r in table], dtype=float)
-    axes[1].barh(y, np.nan_to_num(replay, nan=0.0), color=colors)
+    axes[0].set(xlabel="speed / best static tree", title=f"real decoder, wall clock{scale_note}")
+    axes[1].scatter(replay, y, c=colors, s=36, zorder=3)
     if np.isfinite(oracle):
         axes[1].axvline(oracle, color="C1", lw=1.0, ls="--", label=f"per-round oracle {oracle:.2f}x")
-        axes[1].legend(fontsize=7, loc="lower right")
     axes[1].set_yticks(y, [""] * len(names))
     axes[1].set(xlabel="tokens/s / best static tree", title="replay of recorded real rounds")
+    finite = [v for v in np.concatenate([pooled, paired + err, paired - err, replay, [oracle]]) if np.isfinite(v)]
     for ax in axes[:2]:
         ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
         ax.axvline(1.0, color="k", lw=0.8)
-        ax.axvline(LTD_TARGET_GAIN, color="C3", lw=0.8, ls=":")
-        finite = [v for v in np.concatenate([paired + err, replay, [oracle]]) if np.isfinite(v)]
-        lo = min(finite + [1.0])
-        ax.set_xlim(max(0.0, lo - 0.05), max(finite + [LTD_TARGET_GAIN]) + 0.05)
+        ax.axvline(LTD_TARGET_GAIN, color="C3", lw=0.8, ls=":", label=f"target {LTD_TARGET_GAIN:.2f}x")
+        ax.set_xlim(min(finite + [1.0]) - 0.03, max(finite + [LTD_TARGET_GAIN]) + 0.03)
+        ax.legend(fontsize=7, loc="lower right")
     _plot_transfer(axes[2], {r["policy"]: r for r in table})
     return save_figure(fig, out, NAME)
 
@@ -187,18 +191,20 @@ def _plot(table: list[dict], oracle: float, out: Path) -> list[Path]:
 def _plot_transfer(ax, rows: dict) -> None:
     groups = [("sim-trained\nonly", SHORT[SIM_POLICY]),
               ("sim-trained,\nfine-tuned on\nreal rounds", SHORT[FINE_TUNED]),
-              ("trained on\nreal rounds", SHORT[REWARD_ABLATION])]
+              (f"trained on\nreal rounds\n({REWARD_ABLATION})", SHORT[REWARD_ABLATION])]
     x = np.arange(len(groups))
-    for i, (env, key, color) in enumerate((("replay", "replay_speedup_vs_best_static", "C2"),
-                                           ("real decoder", "real_speedup_vs_best_static", "C0"))):
+    for shift, (env, key, marker) in zip((-0.1, 0.1), (("replay", "replay_speedup_vs_best_static", "s"),
+                                                        ("real decoder (pooled)", "real_speedup_vs_best_static",
+                                                         "o"))):
         values = [rows.get(name, {}).get(key) for _, name in groups]
-        ax.bar(x + (i - 0.5) * 0.38, [np.nan if v is None else v for v in values], width=0.38, color=color,
-               label=env)
+        ax.scatter(x + shift, [np.nan if v is None else v for v in values], marker=marker, s=40,
+                   c=["C2", "C2", "C0"], edgecolors="k", zorder=3, label=env)
     ax.axhline(1.0, color="k", lw=0.8)
+    ax.grid(axis="y", alpha=0.3)
     ax.set_xticks(x, [g for g, _ in groups], fontsize=7)
+    ax.set_xlim(-0.5, len(groups) - 0.5)
     ax.set(ylabel="tokens/s / best static tree", title="transfer (LTD's throughput reward)")
-    ax.set_ylim(bottom=0.8)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="lower right")
 
 
 def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
@@ -225,7 +231,8 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     write_json(out / "ltd_eval_real.json", real)
     table = _table(replay, real)
     data = [write_csv(out / f"{NAME}_rows.csv", table), out / "ltd_eval_replay.json", out / "ltd_eval_real.json"]
-    images = _plot(table, float(replay.get("oracle_vs_best_static", np.nan)), out)
+    note = f" ({cfg['real_prompts']} prompts x {cfg['repeats']} passes)"
+    images = _plot(table, float(replay.get("oracle_vs_best_static", np.nan)), out, note)
     best = real["best_static"]
     return FigureResult(
         name=NAME, title="LTD on the real decoder: paired speedups, replay, transfer",

@@ -461,7 +461,7 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     ``args.fine_tuned`` (default ``ltd-real``), a row only when that policy exists."""
     import json
 
-    from specloop.strategies.ltd import load_policy, variant_name
+    from specloop.strategies.ltd import fine_tuned_label, load_policy, variant_name
     grid_file = args.out / "ltd_grid_real.json"
     if getattr(args, "reuse_grid", False) and grid_file.is_file():
         saved = json.loads(grid_file.read_text())
@@ -487,7 +487,7 @@ def real_eval(args, config: LTDConfig, ablations, grid_search, evaluate_rows, lo
     tuned_name = getattr(args, "fine_tuned", None) or "ltd-real"
     tuned = load_optional(tuned_name)
     if tuned is not None:
-        policies[f"LTD fine-tuned on the real decoder ({tuned_name})"] = tuned
+        policies[fine_tuned_label(tuned_name)] = tuned
     # the first policy is the grid-best static tree: every row is measured against it in the same passes
     rows, decisions = evaluate_rows(harness.run, policies, None, repeats=getattr(args, "repeats", 1),
                                     prompts=harness.prompts, paired=getattr(args, "paired", False))

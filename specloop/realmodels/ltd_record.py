@@ -42,8 +42,8 @@ from specloop.realmodels.tree import verify_block_inputs
 from specloop.strategies.base import DraftPlan, TreePlan
 from specloop.strategies.ltd import LTDConfig, select_subtree
 
-__all__ = ["record_prompt", "record_replay", "measure_round_costs", "verified_union", "REPLAY_FORMAT_VERSION",
-           "VERIFY_POINTS"]
+__all__ = ["record_prompt", "record_replay", "check_resumable", "measure_round_costs", "verified_union",
+           "REPLAY_FORMAT_VERSION", "VERIFY_POINTS"]
 
 REPLAY_FORMAT_VERSION = 1
 
@@ -207,20 +207,25 @@ def measure_round_costs(target, drafter, prompt_ids: torch.Tensor, config: LTDCo
             "verify_seconds": np.concatenate([[0.0], seconds]), "points": points}
 
 
-def _check_resumable(costs_path: Path, config: LTDConfig, max_depth: int, max_verify: int, max_new_tokens: int,
-                     drafter, model) -> None:
+def _dtype_name(model) -> str:
+    return str(next(model.parameters()).dtype).replace("torch.", "")
+
+
+def check_resumable(directory, *, max_depth: int, max_verify: int, max_new_tokens: int, top_k: int,
+                    drafter: str, dtype: str) -> None:
     """Refuse to add to a finished recording made with other settings (a rerun
     skips the prompt files already there, so they must mean the same thing).
+    Needs no model: `ltd record` calls it before loading one.
 
     Raises:
         ValueError: the recording's depth, V, tokens per prompt, tree width,
-            drafter or dtype differ from this call's.
+            drafter name or dtype differ from these.
     """
+    costs_path = Path(directory) / "costs.json"
     if not costs_path.is_file():
         return
     saved = json.loads(costs_path.read_text())
-    now = {"max_depth": max_depth, "max_verify": max_verify, "top_k": config.top_k,
-           "drafter": getattr(drafter, "name", "?"), "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}
+    now = {"max_depth": max_depth, "max_verify": max_verify, "top_k": top_k, "drafter": drafter, "dtype": dtype}
     was = {"max_depth": saved.get("max_depth"), "max_verify": saved.get("max_verify"),
            "top_k": saved.get("config", {}).get("top_k"), "drafter": saved.get("drafter"), "dtype": saved.get("dtype")}
     if "costs_from" not in saved:           # copied costs carry the source recording's token count
@@ -262,7 +267,8 @@ def record_replay(target, drafter, prompts: list, out_dir, config: LTDConfig, *,
     model = getattr(target, "model", target)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    _check_resumable(out / "costs.json", config, max_depth, max_verify, max_new_tokens, drafter, model)
+    check_resumable(out, max_depth=max_depth, max_verify=max_verify, max_new_tokens=max_new_tokens,
+                    top_k=config.top_k, drafter=getattr(drafter, "name", "?"), dtype=_dtype_name(model))
     eos = eos_ids_of(model, getattr(target, "tokenizer", None))
     for index, prompt in enumerate(prompts):
         path = out / f"prompt-{index:04d}.npz"
@@ -295,6 +301,6 @@ def record_replay(target, drafter, prompts: list, out_dir, config: LTDConfig, *,
             "verify_points_s": {str(k): v for k, v in measured["points"].items()}, "autoregressive_step_s": step,
             "max_depth": max_depth, "max_verify": max_verify, "max_new_tokens": max_new_tokens,
             "config": config.to_dict(), "drafter": getattr(drafter, "name", "?"),
-            "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+            "dtype": _dtype_name(model),
             "prompts": len(prompts)}, indent=2))
     return out

@@ -46,7 +46,7 @@ __all__ = [
     "LTDConfig", "MLPActor", "LTDPolicy", "depth_observation", "size_observation",
     "save_policy", "load_policy", "policy_path", "variant_name", "ltd_cache_dir", "PRETRAINED_DIR",
     "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "PAPER_REWARDS", "cycle_reward", "select_subtree",
-    "layer_step",
+    "layer_step", "fine_tuned_label",
 ]
 
 FILE_FORMAT_VERSION = 1
@@ -516,6 +516,13 @@ def _actor_blob(actor: MLPActor | None):
     if actor is None:
         return None
     return {"spec": actor.spec(), "state_dict": {k: v.detach().clone() for k, v in actor.state_dict().items()}}
+
+
+def fine_tuned_label(name: str) -> str:
+    """Report label of LTD's transfer row: policy ``name`` fine-tuned on real decoder
+    rounds (``ltd train --env real`` on wall-clock rounds, ``--env replay`` on
+    recorded ones)."""
+    return f"LTD fine-tuned on real decoder rounds ({name})"
 
 
 def save_policy(policy: LTDPolicy, name_or_path: str | Path, meta: dict | None = None) -> Path:

@@ -179,6 +179,29 @@ def test_replay_fine_tune_from_an_init_policy(tmp_path, monkeypatch):
     assert [s["kind"] for s in policy.meta["stages"]] == ["depth", "size", "depth", "size"]
     assert not (tmp_path / "tuned-independent.pt").exists()
     assert main(common + ["--name", str(tmp_path / "x.pt"), "--init", str(tmp_path / "missing.pt")]) == 2
+    assert main(["ltd", "eval", "--env", "replay", "--replay", str(replay), "--tune-replay", str(replay),
+                 "--policy", str(base), "--fine-tuned", str(tuned), "--out", str(tmp_path / "eval")]) == 0
+    from specloop.strategies.ltd import fine_tuned_label
+    rows = json.loads((tmp_path / "eval" / "ltd_eval_replay.json").read_text())["rows"]
+    assert fine_tuned_label(str(tuned)) in [r["config"] for r in rows]
+
+
+def test_record_refuses_other_settings_before_loading_a_model(tmp_path, monkeypatch):
+    """``ltd record`` into a finished recording made with other settings exits 2
+    before any model is loaded (nothing on disk changes)."""
+    import specloop.realmodels.loading as loading
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the settings check")
+
+    monkeypatch.setattr(loading, "load_model", no_load)
+    rec = tmp_path / "rec"
+    rec.mkdir()
+    costs = {"max_depth": 8, "max_verify": 48, "max_new_tokens": 64, "config": {"top_k": 6},
+             "drafter": "eagle3", "dtype": "bfloat16"}
+    (rec / "costs.json").write_text(json.dumps(costs))
+    assert main(["ltd", "record", "--replay", str(rec), "--max-new-tokens", "7", "--prompts", "1"]) == 2
+    assert json.loads((rec / "costs.json").read_text()) == costs
 
 
 def test_shipped_replay_policies_load_by_name(tmp_path, monkeypatch):
