@@ -31,7 +31,7 @@ import numpy as np
 
 from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, fmt, new_figure, require,
                                     run_cli, save_figure, sizes, write_csv, write_json)
-from specloop.figures.ltd import LTD_TARGET_GAIN, cotraining_claim
+from specloop.figures.ltd import LTD_TARGET_GAIN, cotraining_claim, target_gain_claim
 
 __all__ = ["main", "SIZES", "POLICY", "SIM_POLICY", "FINE_TUNED", "REWARD_ABLATION"]
 
@@ -127,14 +127,11 @@ def _claims(table: list[dict]) -> list[dict]:
     claims = []
     ltd = rows.get("LTD (co-trained)")
     if ltd is not None:
-        claims.append({
-            "claim": "ltd_beats_best_static_real",
-            "statement": f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s of the best "
-                         "grid-searched static tree on the real decoder",
-            "holds": bool(ltd["real_speedup_vs_best_static"] >= LTD_TARGET_GAIN),
-            "evidence": f"{ltd['real_speedup_vs_best_static']:.3f}x pooled tokens/s; paired "
-                        f"{fmt(ltd['real_paired_speedup'])} +- {fmt(ltd['real_paired_speedup_se'])} (s.e.); "
-                        f"replay {fmt(ltd['replay_speedup_vs_best_static'])}x"})
+        claims.append(target_gain_claim(
+            "real", "real decoder, pooled tokens/s", ltd["real_speedup_vs_best_static"],
+            f"{ltd['real_speedup_vs_best_static']:.3f}x pooled tokens/s; paired "
+            f"{fmt(ltd['real_paired_speedup'])} +- {fmt(ltd['real_paired_speedup_se'])} (s.e.); "
+            f"replay {fmt(ltd['replay_speedup_vs_best_static'])}x"))
         ind = rows.get("independent pair")
         if ind is not None:
             claims.append(cotraining_claim("real", ltd["real_tokens_per_s"], ind["real_tokens_per_s"]))
