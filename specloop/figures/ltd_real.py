@@ -144,7 +144,8 @@ def _claims(table: list[dict]) -> list[dict]:
             "holds": bool(tuned["real_tokens_per_s"] >= sim["real_tokens_per_s"]),
             "evidence": f"fine-tuned {tuned['real_speedup_vs_best_static']:.3f}x vs sim-only "
                         f"{sim['real_speedup_vs_best_static']:.3f}x best static (real); replay "
-                        f"{fmt(tuned['replay_speedup_vs_best_static'])}x vs {fmt(sim['replay_speedup_vs_best_static'])}x"})
+                        f"{fmt(tuned['replay_speedup_vs_best_static'])}x vs "
+                        f"{fmt(sim['replay_speedup_vs_best_static'])}x"})
     return claims
 
 

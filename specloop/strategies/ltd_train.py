@@ -279,9 +279,8 @@ def co_train(make_engine: Callable[[], LTDEngine], config: LTDConfig, schedule: 
     """
     stages = []
 
-    def run(kind, env, steps, init=None):
-        _, actor, seconds = train_ppo(env, kind, steps, seed=seed + len(stages), n_steps=schedule.n_steps,
-                                      init_actor=init)
+    def run(kind, env, steps):
+        _, actor, seconds = train_ppo(env, kind, steps, seed=seed + len(stages), n_steps=schedule.n_steps)
         stages.append({"stage": len(stages), "kind": kind, "steps": int(steps), "seconds": seconds})
         log(f"LTD stage {len(stages)}: {kind} policy, {steps} steps, {seconds:.1f} s")
         return actor
@@ -290,11 +289,13 @@ def co_train(make_engine: Callable[[], LTDEngine], config: LTDConfig, schedule: 
     depth0 = run("depth", DepthEnv(make_engine(), None, schedule.fixed_verify_size, **rw), schedule.depth_steps)
     size0 = run("size", SizeEnv(make_engine(), None, **rw), schedule.size_steps)
     depth, size = depth0, size0
-    for _ in range(schedule.rounds):
-        fixed_size = LTDPolicy(config, None, size, static_verify_size=schedule.fixed_verify_size)
-        depth = run("depth", DepthEnv(make_engine(), fixed_size.verify_size, **rw), schedule.co_depth_steps, depth)
-        fixed_depth = LTDPolicy(config, depth, None)
-        size = run("size", SizeEnv(make_engine(), fixed_depth.continue_drafting, **rw), schedule.co_size_steps, size)
+    if schedule.rounds > 0:          # the alternation is fine-tuning the initial pair in the same engine
+        initial = LTDPolicy(config, depth0, size0, static_verify_size=schedule.fixed_verify_size)
+        tuned, co_stages = fine_tune(initial, make_engine, schedule.co_depth_steps, schedule.co_size_steps,
+                                     schedule.rounds, seed, reward, reward_rate, schedule.n_steps, log,
+                                     first_stage=len(stages))
+        depth, size = tuned.depth_actor, tuned.size_actor
+        stages.extend(co_stages)
     static = {"static_verify_size": schedule.fixed_verify_size}
     return {"ltd": LTDPolicy(config, depth, size, name="ltd", **static),
             "independent": LTDPolicy(config, depth0, size0, name="ltd-independent", **static),
@@ -305,13 +306,17 @@ def co_train(make_engine: Callable[[], LTDEngine], config: LTDConfig, schedule: 
 
 def fine_tune(policy: LTDPolicy, make_engine: Callable[[], LTDEngine], depth_steps: int, size_steps: int,
               rounds: int = 1, seed: int = 0, reward: str = "throughput", reward_rate: float | None = None,
-              n_steps: int | None = None, log: Callable[[str], None] = print) -> tuple[LTDPolicy, list[dict]]:
+              n_steps: int | None = None, log: Callable[[str], None] = print,
+              first_stage: int = 0) -> tuple[LTDPolicy, list[dict]]:
     """Continue training a trained `LTDPolicy` in another engine (LTD's transfer
     question: sim-trained policies fine-tuned on the real decoder or its recorded
     rounds). ``rounds`` alternations as in `co_train`'s co-training: the depth
     actor with the size actor fixed (``depth_steps`` draft steps), then the size
     actor with the new depth actor fixed (``size_steps`` cycles); each PPO run
-    starts from the policy's weights. A missing actor stays static.
+    starts from the policy's weights. A missing actor (or 0 steps) stays as it is.
+    `co_train` runs its co-training rounds through this. Stages are numbered from
+    ``first_stage``; stage i of a round trains with seed ``seed + i`` (its slot,
+    so a skipped stage does not shift the others' seeds).
 
     Returns:
         (the fine-tuned `LTDPolicy` with the same config and static fallbacks,
@@ -327,19 +332,22 @@ def fine_tune(policy: LTDPolicy, make_engine: Callable[[], LTDEngine], depth_ste
     config, depth, size, stages = policy.config, policy.depth_actor, policy.size_actor, []
     statics = {"static_depth": policy.static_depth, "static_verify_size": policy.static_verify_size}
     rw = {"reward": reward, "reward_rate": reward_rate}
-    for _ in range(int(rounds)):
+
+    def run(slot: int, kind: str, env, steps: int, init: MLPActor) -> MLPActor:
+        stage = first_stage + slot
+        _, actor, seconds = train_ppo(env, kind, steps, seed + stage, n_steps, init_actor=init)
+        stages.append({"stage": stage, "kind": kind, "steps": int(steps), "seconds": seconds})
+        log(f"LTD stage {stage + 1}: {kind} policy, {steps} steps, {seconds:.1f} s")
+        return actor
+
+    for r in range(int(rounds)):
         if depth is not None and depth_steps > 0:
             chooser = LTDPolicy(config, None, size, **statics)
-            env = DepthEnv(make_engine(), chooser.verify_size, policy.static_verify_size, **rw)
-            _, depth, seconds = train_ppo(env, "depth", depth_steps, seed + len(stages), n_steps, init_actor=depth)
-            stages.append({"stage": len(stages), "kind": "depth", "steps": int(depth_steps), "seconds": seconds})
-            log(f"fine-tune stage {len(stages)}: depth policy, {depth_steps} steps, {seconds:.1f} s")
+            depth = run(2 * r, "depth", DepthEnv(make_engine(), chooser.verify_size, policy.static_verify_size, **rw),
+                        depth_steps, depth)
         if size is not None and size_steps > 0:
             chooser = LTDPolicy(config, depth, None, **statics)
-            env = SizeEnv(make_engine(), chooser.continue_drafting, **rw)
-            _, size, seconds = train_ppo(env, "size", size_steps, seed + len(stages), n_steps, init_actor=size)
-            stages.append({"stage": len(stages), "kind": "size", "steps": int(size_steps), "seconds": seconds})
-            log(f"fine-tune stage {len(stages)}: size policy, {size_steps} steps, {seconds:.1f} s")
+            size = run(2 * r + 1, "size", SizeEnv(make_engine(), chooser.continue_drafting, **rw), size_steps, size)
     return LTDPolicy(config, depth, size, name=f"{policy.name}-fine-tuned", **statics), stages
 
 
