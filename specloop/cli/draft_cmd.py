@@ -1,13 +1,17 @@
 """``specloop draft``: offline training of learned drafts for a real target.
 
     specloop draft train --target smollm2-135m --kind eagle|eagle3|medusa|hydra|small-lm
-                         [--tokens N] [--steps S] [--quick] [--json]
-    specloop draft features --target smollm2-135m [--tokens N]
+                         [--tokens N] [--steps S] [--corpus-mix SRC=W,...] [--quick] [--json]
+    specloop draft features --target smollm2-135m [--tokens N] [--corpus-mix SRC=W,...]
 
 ``train`` dispatches through `specloop.realmodels.training.trainer.get_trainer`; the
 target's feature cache (teacher-forced features of the warm-up corpus) is built
 first when missing (progress bars; resumable). ``--quick`` trains a small draft on a
 small separate cache (``<target>-quick``) in a few minutes, for smoke tests.
+``--corpus-mix stdlib=0.6,docs=0.2,man=0.2`` chooses the warm-up corpus sources
+(`specloop.realmodels.training.corpus.SOURCES`); a non-default mix gets its own
+feature cache (``<target>-mix-...``), e.g. a draft that never saw the prompt
+datasets or the target's chat responses, for a domain-shift stream.
 ``--json`` prints the training report (keys include ``kind``, ``target``,
 ``heldout_top1``, ``train_seconds``, ``path``). Exit 0 on success, 2 on bad input.
 """
@@ -20,6 +24,9 @@ __all__ = ["register"]
 
 KINDS = ("eagle", "eagle3", "medusa", "hydra", "small-lm")
 QUICK = {"tokens": 40_000, "steps": 200, "batch_size": 4, "window": 64}
+_MIX_HELP = ("source weights of the warm-up corpus, e.g. stdlib=0.6,docs=0.2,man=0.2 (sources: stdlib, docs, man, "
+                             "prompts; default stdlib=0.45,docs=0.2,man=0.2,prompts=0.15); a non-default mix gets its "
+                             "own feature cache")
 
 
 def register(subparsers) -> None:
@@ -40,6 +47,7 @@ def register(subparsers) -> None:
     train.add_argument("--init-from", default=None,
                        help="continue training a saved draft of the same kind: a draft folder, or 'pretrained' "
                             "for the copy shipped in the package (its reduced vocabulary is kept)")
+    train.add_argument("--corpus-mix", default=None, help=_MIX_HELP)
     train.add_argument("--quick", action="store_true", help="small cache and few steps (minutes)")
     train.add_argument("--out", default=None, help="draft folder (default: the draft cache)")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -49,20 +57,25 @@ def register(subparsers) -> None:
     feats.add_argument("--tokens", type=int, default=1_200_000)
     feats.add_argument("--dtype", default="bfloat16", help="target dtype for extraction")
     feats.add_argument("--no-chat", action="store_true", help="skip the target's own chat responses")
+    feats.add_argument("--corpus-mix", default=None, help=_MIX_HELP)
     feats.set_defaults(func=_features)
 
 
 def _train_config(args):
+    from specloop.realmodels.training.corpus import mix_tag, parse_mix
     from specloop.realmodels.training.features import features_root
     from specloop.realmodels.training.trainer import TrainConfig
     values = dict(QUICK) if args.quick else {}
+    if args.corpus_mix is not None:
+        values["corpus_mix"] = parse_mix(args.corpus_mix)
     for key, attr in (("tokens", "tokens"), ("steps", "steps"), ("batch_size", "batch_size"),
                       ("window", "window"), ("ttt_steps", "ttt_steps"), ("draft_vocab_size", "vocab_size"),
                       ("lr", "lr"), ("time_limit_s", "time_limit"), ("init_from", "init_from")):
         if getattr(args, attr) is not None:
             values[key] = getattr(args, attr)
     if args.quick:
-        values["feature_root"] = str(features_root(f"{args.target}-quick"))
+        tag = mix_tag(values.get("corpus_mix"))
+        values["feature_root"] = str(features_root(f"{args.target}-quick" + (f"-{tag}" if tag else "")))
         values["quick"] = True
     if values.get("init_from") == "pretrained":
         values["init_from"] = _pretrained_folder(args.target, args.kind)
@@ -109,12 +122,16 @@ def _train(args: argparse.Namespace) -> int:
 
 def _features(args: argparse.Namespace) -> int:
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.training.features import build_feature_cache
+    from specloop.realmodels.training.corpus import mix_tag, parse_mix
+    from specloop.realmodels.training.features import build_feature_cache, features_root
     if args.tokens < 1:
         raise ValueError(f"--tokens must be >= 1, got {args.tokens}")
+    mix = parse_mix(args.corpus_mix) if args.corpus_mix is not None else None
+    tag = mix_tag(mix)
     loaded = load_model(args.target, dtype=args.dtype)
     parts = ("val", "train") if args.no_chat else ("val", "train", "chat")
-    built = build_feature_cache(loaded, args.target, total_tokens=args.tokens, parts=parts)
+    built = build_feature_cache(loaded, args.target, total_tokens=args.tokens, parts=parts, mix=mix,
+                                root=features_root(f"{args.target}-{tag}" if tag else args.target))
     for name, part in built.items():
         print(f"{name}: {part.n_done}/{part.meta['n_chunks']} chunks of {part.meta['chunk_len']} tokens "
               f"in {part.folder}")

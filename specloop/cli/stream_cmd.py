@@ -53,6 +53,10 @@ def register(subparsers) -> None:
                         help="rms: divide the learner's gradients by their running RMS (adaptive OGD, "
                              "Adam-like per-element steps of size --lr); none: raw gradients")
     parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
+    parser.add_argument("--drafts", default=None, metavar="DIR",
+                        help="read each method's draft from DIR/<kind> (as 'specloop draft train --out DIR/<kind>' "
+                             "writes) instead of the draft cache or the shipped copy, e.g. drafts trained with "
+                             "--corpus-mix on other domains")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N prompt tokens")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
@@ -86,7 +90,7 @@ def run(args) -> int:
     config = StreamConfig(chunk=args.chunk, max_new_tokens=args.max_new_tokens,
                           num_draft_tokens=args.num_draft_tokens, online=online, seed=args.seed)
     out = Path(args.out)
-    runner = StreamRunner(target, [list(i.ids) for i in items], out, config)
+    runner = StreamRunner(target, [list(i.ids) for i in items], out, config, drafts_dir=args.drafts)
     names = [BASELINE] + [s.name for s in specs if s.name != BASELINE]
     summaries, failures = {}, {}
     from tqdm.auto import tqdm
@@ -134,6 +138,7 @@ def _result(summaries: dict, failures: dict, items, config, args) -> dict:
             "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
             "stream": [i.dataset for i in items],
             "config": {"datasets": args.datasets, "order": args.order, "prompts": len(items),
+                       "drafts": getattr(args, "drafts", None),
                        "chunk": config.chunk, "max_new_tokens": config.max_new_tokens,
                        "num_draft_tokens": config.num_draft_tokens, **config.online}}
 

@@ -153,13 +153,20 @@ class StreamRunner:
         config: `StreamConfig`.
         make_drafter: ``factory(spec) -> Drafter`` for frozen/inner drafters; default
             the drafter registry (saved drafts only: never trains at run time).
+        drafts_dir: with the default factory, read each method's draft from
+            ``drafts_dir/<drafter>`` (the folder ``specloop draft train --out
+            drafts_dir/<drafter>`` writes) instead of the draft cache or the
+            shipped copy, e.g. drafts trained on another corpus mix for a
+            domain-shift stream; a missing folder fails that method with
+            FileNotFoundError (it never falls back to another draft).
 
     Raises:
         ValueError: empty stream.
     """
 
     def __init__(self, target, prompts: list[list[int]], out: str | os.PathLike, config: StreamConfig,
-                 make_drafter: DrafterFactory | None = None) -> None:
+                 make_drafter: DrafterFactory | None = None,
+                 drafts_dir: str | os.PathLike | None = None) -> None:
         if not prompts:
             raise ValueError("empty prompt stream")
         self.target = target
@@ -167,11 +174,19 @@ class StreamRunner:
         self.out = Path(out)
         self.config = config
         self.make_drafter = make_drafter or self._registry_drafter
+        self.drafts_dir = Path(drafts_dir) if drafts_dir is not None else None
 
     def _registry_drafter(self, spec: MethodSpec):
         from specloop.realmodels.drafters.registry import make_drafter
+        options = {}
+        if self.drafts_dir is not None:
+            folder = self.drafts_dir / spec.drafter
+            if not ((folder / "draft.safetensors").is_file() and (folder / "draft.json").is_file()):
+                raise FileNotFoundError(f"method {spec.label!r}: no trained {spec.drafter!r} draft in {folder} "
+                                        f"(train one with: specloop draft train --kind {spec.drafter} --out {folder})")
+            options["checkpoint"] = str(folder)
         try:
-            return make_drafter(spec.drafter, self.target, train_if_missing=False, progress=False)
+            return make_drafter(spec.drafter, self.target, train_if_missing=False, progress=False, **options)
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"method {spec.label!r} needs a trained {spec.drafter!r} draft: {exc}") from exc
 

@@ -158,3 +158,22 @@ def test_online_records_carry_the_rounds_loss(target, tmp_path, method, mode):
     assert finite.sum() >= len(online) - 5          # at most the first round of each prompt lacks a sample
     assert (losses[finite] > 0).all() and bool(np.all(losses[finite] < 10 * math.log(80)))
     assert np.isnan(Trace.load(tmp_path / "hydra" / "rounds.jsonl").column("loss")).all()
+
+
+def test_drafts_dir_serves_the_saved_draft_and_never_falls_back(target, tmp_path):
+    from dataclasses import asdict
+
+    from specloop.realmodels.heads.common import save_draft
+    heads = hydra_drafter(target).heads
+    save_draft(heads.state_dict(), {"architecture": asdict(heads.config)}, "tiny", "hydra",
+               tmp_path / "drafts" / "hydra")
+    config = StreamConfig(chunk=2, max_new_tokens=14, num_draft_tokens=3, online={**ONLINE, "mode": "round"})
+    from_dir = StreamRunner(target, prompts(3), tmp_path / "a", config, drafts_dir=tmp_path / "drafts")
+    from_dir.run_method("hydra")
+    runner_same = StreamRunner(target, prompts(3), tmp_path / "b", config,
+                               make_drafter=lambda spec: hydra_drafter(target))
+    runner_same.run_method("hydra")
+    assert comparable(tmp_path / "a" / "hydra" / "rounds.jsonl") == comparable(tmp_path / "b" / "hydra" / "rounds.jsonl")
+    # a kind with no folder under drafts_dir fails, naming the folder, instead of using another draft
+    with pytest.raises(FileNotFoundError, match="drafts.medusa.*draft train --kind medusa"):
+        from_dir.run_method("medusa")

@@ -89,3 +89,29 @@ def test_feature_cache_resumes_and_matches_a_direct_forward(tmp_path):
         open_part(tmp_path / "none")
     with pytest.raises(ValueError):
         chunk_stream(np.arange(5), 16)
+
+
+def test_corpus_mix_parses_selects_sources_and_names_its_cache(tmp_path):
+    from specloop.realmodels.training.corpus import DEFAULT_MIX, mix_tag, parse_mix
+    from specloop.realmodels.training.features import features_root, training_features_root
+    from specloop.realmodels.training.trainer import TrainConfig
+    mix = parse_mix("stdlib=0.6, docs=0.2,man=0.2")
+    assert mix == {"stdlib": 0.6, "docs": 0.2, "man": 0.2}
+    for bad, msg in (("web=1", "unknown corpus source"), ("stdlib", "source=weight"), ("stdlib=-1", ">= 0"),
+                     ("stdlib=0", "no positive"), ("stdlib=1,stdlib=2", "twice"), ("stdlib=nan", "finite"),
+                     ("stdlib=x", "not a number")):
+        with pytest.raises(ValueError, match=msg):
+            parse_mix(bad)
+    # the tag is stable under scaling, empty for the default mix, and differs between mixes
+    assert mix_tag(mix) == mix_tag({"stdlib": 6, "docs": 2, "man": 2}) == "mix-docs20-man20-stdlib60"
+    assert mix_tag(None) == mix_tag(dict(DEFAULT_MIX)) == ""
+    assert mix_tag({"stdlib": 1}) != mix_tag(mix)
+    corpus = build_corpus(_CharTokenizer(), 20_000, mix=mix, documents=_docs())
+    assert set(corpus.tokens_by_source("train")) == {"stdlib", "docs", "man"}
+    save_corpus(corpus, tmp_path / "c")
+    assert load_corpus(tmp_path / "c").mix == corpus.mix == {"docs": 0.2, "man": 0.2, "stdlib": 0.6}
+    assert training_features_root(TrainConfig(corpus_mix=mix)) == features_root("smollm2-135m-mix-docs20-man20-stdlib60")
+    assert training_features_root(TrainConfig()) == features_root("smollm2-135m")
+    assert training_features_root(TrainConfig(corpus_mix=mix, feature_root=str(tmp_path))) == tmp_path
+    with pytest.raises(ValueError, match="unknown corpus source"):
+        TrainConfig(corpus_mix={"web": 1.0})

@@ -37,7 +37,7 @@ import numpy as np
 
 __all__ = ["Document", "Corpus", "DEFAULT_MIX", "VAL_EVERY", "MAX_DOC_CHARS", "SOURCES",
            "iter_documents", "build_corpus", "strip_roff", "chat_documents",
-           "save_corpus", "load_corpus"]
+           "save_corpus", "load_corpus", "parse_mix", "mix_tag"]
 
 VAL_EVERY = 40               # 1 document in 40 (by id hash) is validation
 MAX_DOC_CHARS = 12_000       # long files are cut so no single file dominates
@@ -79,6 +79,7 @@ class Corpus:
     docs: list[dict] = field(default_factory=list)
     fingerprint: str = ""
     requested_tokens: int = 0
+    mix: dict[str, float] = field(default_factory=dict)
 
     def tokens_by_source(self, split: str = "train") -> dict[str, int]:
         out: dict[str, int] = {}
@@ -263,6 +264,7 @@ def build_corpus(tokenizer, total_tokens: int = 1_200_000, *, mix: dict[str, flo
         raise ValueError("the corpus is empty: no documents found in any source")
     corpus = _pack(chosen, eos, rng)
     corpus.requested_tokens = int(total_tokens)
+    corpus.mix = {k: float(v) for k, v in sorted(mix.items())}
     return corpus
 
 
@@ -288,6 +290,7 @@ def save_corpus(corpus: Corpus, folder: str | Path) -> Path:
     np.save(folder / "train_ids.npy", corpus.train_ids)
     np.save(folder / "val_ids.npy", corpus.val_ids)
     meta = {"fingerprint": corpus.fingerprint, "docs": corpus.docs, "requested_tokens": corpus.requested_tokens,
+            "mix": corpus.mix,
             "train_tokens": int(corpus.train_ids.size), "val_tokens": int(corpus.val_ids.size),
             "train_tokens_by_source": corpus.tokens_by_source("train")}
     tmp = folder / "corpus.json.tmp"
@@ -308,4 +311,51 @@ def load_corpus(folder: str | Path) -> Corpus:
         raise FileNotFoundError(f"no corpus at {folder} (corpus.json missing)")
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     return Corpus(np.load(folder / "train_ids.npy"), np.load(folder / "val_ids.npy"),
-                  meta["docs"], meta["fingerprint"], int(meta.get("requested_tokens", 0)))
+                  meta["docs"], meta["fingerprint"], int(meta.get("requested_tokens", 0)),
+                  dict(meta.get("mix") or DEFAULT_MIX))
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """Parse a corpus mix ``"stdlib=0.6,docs=0.2,man=0.2"`` (source=weight pairs;
+    weights are relative and need not sum to 1).
+
+    Raises:
+        ValueError: an unknown source, a malformed pair, a negative or non-finite
+            weight, a repeated source, or an all-zero mix.
+    """
+    mix: dict[str, float] = {}
+    for item in (part.strip() for part in str(text).split(",")):
+        if not item:
+            continue
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"corpus mix entry {item!r} is not source=weight (e.g. stdlib=0.6)")
+        if name not in SOURCES:
+            raise ValueError(f"unknown corpus source {name!r}; choose from {sorted(SOURCES)}")
+        if name in mix:
+            raise ValueError(f"corpus source {name!r} given twice")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"corpus mix weight {value!r} of {name!r} is not a number") from None
+        if not np.isfinite(weight) or weight < 0:
+            raise ValueError(f"corpus mix weight of {name!r} must be finite and >= 0, got {weight}")
+        mix[name] = weight
+    if sum(mix.values()) <= 0:
+        raise ValueError(f"corpus mix {text!r} has no positive weight")
+    return mix
+
+
+def mix_tag(mix: dict[str, float] | None) -> str:
+    """A short stable name for a mix: ``""`` for the default mix, else e.g.
+    ``"mix-docs20-man20-stdlib60"`` (weights normalised to percent). Used to keep
+    feature caches of different mixes apart."""
+    if mix is None:
+        return ""
+    norm = sum(mix.values())
+    weights = {k: round(100 * v / norm) for k, v in sorted(mix.items()) if v > 0}
+    default = {k: round(100 * v / sum(DEFAULT_MIX.values())) for k, v in sorted(DEFAULT_MIX.items())}
+    if weights == default:
+        return ""
+    return "mix-" + "-".join(f"{k}{v}" for k, v in weights.items())

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["eagle3_layers", "default_layers", "FeaturePart", "features_root", "create_part",
-           "open_part", "extract_features", "chunk_stream"]
+__all__ = ["eagle3_layers", "default_layers", "FeaturePart", "features_root", "training_features_root",
+           "create_part", "open_part", "extract_features", "chunk_stream"]
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
     """Low / middle / high ``hidden_states`` indices EAGLE-3 fuses for a target with
@@ -283,10 +283,27 @@ def generate_chat_responses(loaded, path: str | Path, *, max_prompts: int = 48,
     return [done[f"{p.dataset}:{p.id}"] for p in prompts]
 
 
+def _normal_mix(mix: dict[str, float]) -> dict[str, float]:
+    return {k: float(v) for k, v in sorted(mix.items())}
+
+
+def training_features_root(config) -> Path:
+    """The feature-cache root a `TrainConfig` reads: ``config.feature_root`` if set,
+    else `features_root` of the target, suffixed with `corpus.mix_tag` when
+    ``config.corpus_mix`` is not the default mix (so caches of different mixes
+    never mix)."""
+    from specloop.realmodels.training.corpus import mix_tag
+    if config.feature_root:
+        return Path(config.feature_root)
+    tag = mix_tag(getattr(config, "corpus_mix", None))
+    return features_root(f"{config.target}-{tag}" if tag else config.target)
+
+
 def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, chunk_len: int = 512,
                         top_k: int = 8, layers: tuple[int, ...] | None = None, chat_prompts: int = 48,
                         chat_tokens: int = 192, root: str | Path | None = None, progress: bool = True,
-                        parts: tuple[str, ...] = ("val", "train", "chat")) -> dict[str, FeaturePart]:
+                        parts: tuple[str, ...] = ("val", "train", "chat"),
+                        mix: dict[str, float] | None = None) -> dict[str, FeaturePart]:
     """Build the whole warm-up feature cache for ``target``: corpus (cached), then the
     ``val``, ``train`` and ``chat`` parts (each resumable), in that order.
 
@@ -299,12 +316,15 @@ def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, c
         layers: ``hidden_states`` indices to store (default `default_layers`).
         chat_prompts / chat_tokens: size of the target's own chat-response part.
         root: cache root (default `features_root(target)`).
+        parts: which parts to build, in order.
+        mix: corpus source weights (default `corpus.DEFAULT_MIX`); a cached corpus
+            built with another size or mix is rebuilt.
 
     Returns:
         part name -> `FeaturePart`.
     """
-    from specloop.realmodels.training.corpus import (build_corpus, chat_documents, load_corpus,
-                                                     save_corpus)
+    from specloop.realmodels.training.corpus import (DEFAULT_MIX, build_corpus, chat_documents,
+                                                     load_corpus, save_corpus)
     root = Path(root) if root is not None else features_root(target)
     model = loaded.model
     num_layers = int(model.config.num_hidden_layers)
@@ -312,10 +332,10 @@ def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, c
     hidden_size = int(model.config.hidden_size)
     try:
         corpus = load_corpus(root / "corpus")
-        if corpus.requested_tokens != total_tokens:
+        if corpus.requested_tokens != total_tokens or corpus.mix != _normal_mix(mix or DEFAULT_MIX):
             raise FileNotFoundError
     except FileNotFoundError:
-        corpus = build_corpus(loaded.tokenizer, total_tokens, progress=progress)
+        corpus = build_corpus(loaded.tokenizer, total_tokens, mix=mix, progress=progress)
         save_corpus(corpus, root / "corpus")
     out = {}
     for name in parts:

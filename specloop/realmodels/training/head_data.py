@@ -122,16 +122,16 @@ def top1_agreement(logits: torch.Tensor, draft_to_target: torch.Tensor, topk_ids
 
 def open_training_parts(config, loaded=None, progress: bool = True):
     """The feature-cache parts a `TrainConfig` trains on: ``[train (+ chat)]`` and
-    ``val`` under ``config.feature_root`` (default `features_root(config.target)`),
-    building the cache with `build_feature_cache` when it does not exist.
+    ``val`` under `features.training_features_root` (``config.feature_root``, else
+    the target's cache for ``config.corpus_mix``), building the cache with
+    `build_feature_cache` when it does not exist.
 
     Returns:
         (train_parts list, val_part).
     """
-    from pathlib import Path
-
-    from specloop.realmodels.training.features import build_feature_cache, features_root, open_part
-    root = Path(config.feature_root) if config.feature_root else features_root(config.target)
+    from specloop.realmodels.training.features import (build_feature_cache, open_part,
+                                                       training_features_root)
+    root = training_features_root(config)
     try:
         train, val = [open_part(root / "train")], open_part(root / "val")
     except FileNotFoundError:
@@ -139,7 +139,8 @@ def open_training_parts(config, loaded=None, progress: bool = True):
             from specloop.realmodels.loading import load_model
             loaded = load_model(config.target, dtype=config.dtype)
         built = build_feature_cache(loaded, config.target, total_tokens=config.tokens, root=root,
-                                    progress=progress, parts=("val", "train"))
+                                    progress=progress, parts=("val", "train"),
+                                    mix=getattr(config, "corpus_mix", None))
         train, val = [built["train"]], built["val"]
     chat = root / "chat" / "meta.json"
     if chat.is_file() and open_part(chat.parent).n_done:

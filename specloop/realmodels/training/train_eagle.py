@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from specloop.realmodels.heads.common import ReducedVocab, build_reduced_vocab, draft_dir, save_draft
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
+from specloop.realmodels.training.head_data import open_training_parts
 from specloop.realmodels.training.trainer import (FeatureBatcher, Stopwatch, TrainConfig, cosine_lr,
                                                    register_trainer, top1_agreement, topk_soft_ce,
                                                    vocab_counts)
@@ -94,26 +95,6 @@ def choose_vocab_size(counts: np.ndarray, val_top1: np.ndarray, coverage: float 
     return int(min(cap, counts.size, max(step, int(np.ceil(need / step)) * step)))
 
 
-def _open_parts(config: TrainConfig, loaded, progress: bool):
-    from specloop.realmodels.training.features import build_feature_cache, features_root, open_part
-    root = Path(config.feature_root) if config.feature_root else features_root(config.target)
-    try:
-        train = [open_part(root / "train")]
-        val = open_part(root / "val")
-    except FileNotFoundError:
-        if loaded is None:
-            from specloop.realmodels.loading import load_model
-            loaded = load_model(config.target, dtype=config.dtype)
-        built = build_feature_cache(loaded, config.target, total_tokens=config.tokens, root=root,
-                                    progress=progress, parts=("val", "train"))
-        train, val = [built["train"]], built["val"]
-    if (root / "chat" / "meta.json").is_file():
-        chat = open_part(root / "chat")
-        if chat.n_done:
-            train.append(chat)
-    return train, val
-
-
 def _target_tensors(config: TrainConfig, loaded):
     if loaded is None:
         from specloop.realmodels.loading import load_model
@@ -142,7 +123,7 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         raise ValueError(f"train_eagle trains kinds 'eagle' and 'eagle3', got {config.kind!r}")
     torch.manual_seed(config.seed)
     clock = Stopwatch()
-    train_parts, val_part = _open_parts(config, loaded, progress)
+    train_parts, val_part = open_training_parts(config, loaded, progress)
     target_cfg, embed, lm = _target_tensors(config, loaded)
     probe = EagleConfig.from_target(target_cfg, config.kind, 1)
     layers = tuple(sorted(set(probe.feature_layers) | {-1}))

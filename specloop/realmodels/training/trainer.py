@@ -66,6 +66,10 @@ class TrainConfig:
         warmup: learning-rate warm-up steps.
         init_from: folder of a saved draft of the same kind to continue training from
             (its reduced vocabulary is kept); None = fresh initialisation.
+        corpus_mix: warm-up corpus source weights (`corpus.parse_mix`; None = the
+            default `corpus.DEFAULT_MIX`). A non-default mix gets its own feature
+            cache (`features.training_features_root`), e.g. to train a draft that
+            has never seen the stream's domains.
     """
 
     target: str = "smollm2-135m"
@@ -87,6 +91,7 @@ class TrainConfig:
     bf16_autocast: bool = True
     warmup: int = 100
     init_from: str | None = None
+    corpus_mix: dict[str, float] | None = None
 
     def __post_init__(self) -> None:
         for name in ("tokens", "steps", "batch_size", "ttt_steps"):
@@ -96,6 +101,9 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.window must be >= 3 tokens, got {self.window}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"TrainConfig.lr must be a positive finite number, got {self.lr}")
+        if self.corpus_mix is not None:
+            from specloop.realmodels.training.corpus import parse_mix
+            parse_mix(",".join(f"{k}={v}" for k, v in self.corpus_mix.items()))
         if self.draft_vocab_size < 0:
             raise ValueError(f"TrainConfig.draft_vocab_size must be >= 0, got {self.draft_vocab_size}")
 
