@@ -12,8 +12,12 @@ methods side by side). Run again with the same arguments to continue a killed ru
 ``--json`` prints one object: ``methods`` maps each method name to
 ``mean_accepted_length``, ``speedup`` (tokens/s without training time over the
 greedy baseline's), ``speedup_with_training`` (update time included),
-``per_chunk`` (mean accepted length per chunk) and ``per_chunk_tokens_per_s``;
-plus ``baseline_tokens_per_s``, ``stream`` (dataset of each prompt) and ``config``.
+``per_chunk`` (mean accepted length per chunk), ``per_chunk_tokens_per_s``,
+``per_domain`` (mean accepted length per dataset) and, for an online method whose
+frozen draft ran too, ``vs_frozen`` (paired per-prompt gain in mean accepted length
+with a 95 % interval and a Wilcoxon p-value, overall and per dataset;
+`specloop.realmodels.stream_compare.paired_gain`); plus ``baseline_tokens_per_s``,
+``stream`` (dataset of each prompt) and ``config``.
 Exit code 1 when a method cannot run (e.g. its draft is not trained).
 """
 from __future__ import annotations
@@ -115,8 +119,26 @@ def run(args) -> int:
     return 1 if failures else 0
 
 
+def _vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
+    """Paired per-prompt gain of an online method over the frozen method with the
+    same draft, overall and per dataset (None for a frozen method or when its frozen
+    counterpart did not run)."""
+    from specloop.realmodels.stream import METHODS, resolve_method
+    from specloop.realmodels.stream_compare import paired_gain
+    spec = resolve_method(name)
+    frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
+    if spec.learner is None or frozen not in summaries:
+        return None
+    a, b = summaries[frozen].get("prompts", []), summaries[name].get("prompts", [])
+    per_domain = {d: paired_gain([p for p in a if domains[p["index"]] == d], [p for p in b if domains[p["index"]] == d])
+                  for d in dict.fromkeys(domains)}
+    return {"frozen": frozen, **paired_gain(a, b), "per_domain": per_domain}
+
+
 def _result(summaries: dict, failures: dict, items, config, args) -> dict:
     from specloop.realmodels.stream import BASELINE, resolve_method
+    from specloop.realmodels.stream_compare import domain_accepted_length
+    domains = [i.dataset for i in items]
     base = summaries[BASELINE]
     base_tps = base["tokens_per_s"]
     methods = {}
@@ -132,7 +154,11 @@ def _result(summaries: dict, failures: dict, items, config, args) -> dict:
             "update_seconds": s["update_seconds"],
             "per_chunk": [c["mean_accepted_length"] for c in s["chunks"]],
             "per_chunk_tokens_per_s": [c["tokens_per_s"] for c in s["chunks"]],
-            "per_chunk_tokens_per_s_with_training": [c["tokens_per_s_with_training"] for c in s["chunks"]]}
+            "per_chunk_tokens_per_s_with_training": [c["tokens_per_s_with_training"] for c in s["chunks"]],
+            "per_domain": domain_accepted_length(s.get("prompts", []), domains)}
+        vs = _vs_frozen(name, summaries, domains)
+        if vs is not None:
+            methods[name]["vs_frozen"] = vs
     return {"target": args.target, "methods": methods, "failed": failures,
             "baseline_tokens_per_s": base_tps,
             "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
@@ -145,11 +171,15 @@ def _result(summaries: dict, failures: dict, items, config, args) -> dict:
 
 def _print_table(result: dict) -> None:
     print(f"greedy baseline: {result['baseline_tokens_per_s']:.2f} tokens/s")
-    print(f"{'method':<16} {'tau':>6} {'speedup':>8} {'w/ train':>9}  per-chunk tau")
+    print(f"{'method':<16} {'tau':>6} {'speedup':>8} {'w/ train':>9}  {'tau vs frozen (paired, 95% CI)':<32} "
+          "per-chunk tau")
     for name, m in result["methods"].items():
         chunks = " ".join(f"{t:.2f}" for t in m["per_chunk"])
+        vs = m.get("vs_frozen")
+        gain = "" if vs is None else (f"{100 * vs['gain']:+.1f}% [{100 * vs['gain_ci'][0]:+.1f}, "
+                                      f"{100 * vs['gain_ci'][1]:+.1f}] p={vs['wilcoxon_p']:.2g}")
         print(f"{name:<16} {m['mean_accepted_length']:6.3f} {m['speedup']:8.3f} "
-              f"{m['speedup_with_training']:9.3f}  {chunks}")
+              f"{m['speedup_with_training']:9.3f}  {gain:<32} {chunks}")
     for name, why in result["failed"].items():
         print(f"{name:<16} FAILED: {why}")
 

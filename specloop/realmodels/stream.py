@@ -334,8 +334,10 @@ def summarise(trace: Trace, state: dict, chunk: int, num_prompts: int) -> dict:
     ``decode_seconds`` (draft + verify), ``update_seconds`` (per-round updates +
     chunk-end training), ``tokens_per_s`` (training excluded),
     ``tokens_per_s_with_training``, ``prompts_done``, ``chunks`` (per chunk:
-    mean_accepted_length, tokens_per_s, tokens_per_s_with_training, train_seconds).
+    mean_accepted_length, tokens_per_s, tokens_per_s_with_training, train_seconds),
+    ``prompts`` (per prompt: index, rounds, tokens; `stream_compare.per_prompt_counts`).
     """
+    from specloop.realmodels.stream_compare import per_prompt_counts
     chunk_train = list(state.get("chunk_train_time", []))
     chunks = []
     for c in range(math.ceil(num_prompts / chunk)):
@@ -357,4 +359,5 @@ def summarise(trace: Trace, state: dict, chunk: int, num_prompts: int) -> dict:
             "tokens": tokens, "rounds": len(trace), "decode_seconds": decode, "update_seconds": update,
             "tokens_per_s": tokens / decode if decode > 0 else math.nan,
             "tokens_per_s_with_training": tokens / (decode + update) if decode + update > 0 else math.nan,
-            "prompts_done": int(state.get("prompts_done", 0)), "chunks": chunks}
+            "prompts_done": int(state.get("prompts_done", 0)), "chunks": chunks,
+            "prompts": per_prompt_counts(trace)}

@@ -142,7 +142,19 @@ def test_cli_result_and_plot(tmp_path):
     m = result["methods"]["opt-hydra"]
     assert set(m) >= {"mean_accepted_length", "speedup", "speedup_with_training", "per_chunk"}
     assert m["speedup"] == 2.0 and m["speedup_with_training"] == 1.6 and m["per_chunk"] == [2.0, 2.0]
+    assert "vs_frozen" not in m          # its frozen draft did not run
     assert plot_stream(result, tmp_path / "s.png").stat().st_size > 0
+    # with the frozen draft in the run: per-dataset tau and the paired per-prompt gain
+    frozen = {**summary, "prompts": [{"index": 0, "rounds": 10, "tokens": 20}, {"index": 1, "rounds": 10, "tokens": 15}]}
+    online = {**summary, "prompts": [{"index": 0, "rounds": 10, "tokens": 24}, {"index": 1, "rounds": 10, "tokens": 15}]}
+    result = _result({BASELINE: base, "hydra": frozen, "opt-hydra": online}, {}, items, StreamConfig(chunk=1), args)
+    m = result["methods"]["opt-hydra"]
+    assert m["per_domain"] == {"humaneval": 2.4, "ifbench": 1.5}
+    vs = m["vs_frozen"]
+    assert vs["frozen"] == "hydra" and vs["n"] == 2 and vs["better"] == 1 and vs["ties"] == 1
+    assert vs["per_domain"]["humaneval"]["gain"] == pytest.approx(0.2)
+    assert vs["per_domain"]["ifbench"]["gain"] == pytest.approx(0.0)
+    assert "vs_frozen" not in result["methods"]["hydra"]
 
 
 @pytest.mark.parametrize("method,mode", [("ogd-hydra", "round"), ("osd-hydra", "round"), ("ens-hydra", "chunk")])
