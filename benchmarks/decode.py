@@ -11,6 +11,12 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
 * ``specloop-greedy``      our decoder with k = 0 (plain decoding through our code path)
 * ``specloop-ngram-chain`` / ``specloop-ngram-tree``  n-gram drafts, chain and a trie
                            of several continuations verified in one forward
+* ``specloop-ngram-learned``  n-gram chain whose length is chosen per round by
+                           `strategies.lookup_length.LookupLength`: acceptance per
+                           position learned from the verifier (keyed by the matched
+                           n-gram size) against the verify-cost table measured at the
+                           start of the same dtype's run; it keeps learning across the
+                           whole run (warm-up pass included), as a server would
 * ``specloop-datastore-chain`` / ``specloop-datastore-tree-vN``  REST-style retrieval
                            (`drafters.datastore`): continuations of the longest
                            matching suffix in an n-gram index of the target's warm-up
@@ -147,6 +153,10 @@ def _methods(target, args) -> dict:
                                                   FixedDraftPolicy(args.tree_depth, parse_tree_shape(
                                                       f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
                                                       + f",v={args.tree_nodes}")))
+    from specloop.strategies.lookup_length import LookupLength
+    learned = NGramDrafter(length_model=LookupLength(args.current_cost["seconds"], max_length=args.learned_max_length))
+    methods["specloop-ngram-learned"] = _spec_runner(args.current_widths, target, learned,
+                                                     FixedDraftPolicy(args.learned_max_length))
     if args.datastore:
         index = load_or_build_index(target, args.target)
         chain = DatastoreDrafter(index, min_score=args.datastore_min_score)
@@ -182,6 +192,7 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
         args.current_widths = calibrate_verify_widths(target.model)
         print(f"[{dtype}] verify widths {args.current_widths}", file=sys.stderr)
     args.widths_used[dtype] = {str(n): w for n, w in (args.current_widths or {}).items()}
+    args.current_cost = _verify_cost(target, args)      # also read by specloop-ngram-learned
     methods = _methods(target, args)
     for name, run in methods.items():  # warm-up, dropped
         run(prompts[0][2], min(8, args.max_new_tokens))
@@ -212,7 +223,7 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
         if steps and name.startswith("specloop-") and not name.startswith("specloop-greedy"):
             step_s = methods[name].draft_seconds / steps
             out[name].update(draft_step_s=step_s, draft_step_vs_target_step=step_s / target_step)
-    out["verify_cost"] = _verify_cost(target, args)
+    out["verify_cost"] = args.current_cost
     return out
 
 
@@ -273,6 +284,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tree-width", type=int, default=4, help="n-gram continuations in the tree")
     parser.add_argument("--tree-depth", type=int, default=8)
     parser.add_argument("--tree-nodes", type=int, default=24, help="verify size cap of the n-gram tree")
+    parser.add_argument("--learned-max-length", type=int, default=10,
+                        help="longest chain specloop-ngram-learned may verify (tokens)")
     parser.add_argument("--datastore", action=argparse.BooleanOptionalAction, default=True,
                         help="run the n-gram datastore drafter rows (index cached under ~/.cache/specloop)")
     parser.add_argument("--datastore-nodes", default="8,16",

@@ -20,7 +20,9 @@ tree-masked forward), the model-time throughput sum(tokens) / sum(c(verify size)
 reported as a ratio to HF prompt lookup. The oracle's ratio bounds every context
 n-gram tree on this machine and these prompts; draft time and Python overhead only
 lower it. A check replays our tree through the real decoder on each prompt and
-requires the same tau (``replay_matches_decoder``).
+requires the same tau (``replay_matches_decoder``). The prompts' token ids and the
+greedy outputs are saved too (``greedy``), so other drafting rules can be replayed
+offline.
 
     OMP_NUM_THREADS=2 python benchmarks/ngram_bound.py --json
 """
@@ -179,6 +181,8 @@ def main(argv=None) -> int:
         "torch": torch.__version__, "machine": platform.machine(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds")},
         "replay_matches_decoder": all(c["decoder"] == c["replay"] for c in checks), "checks": checks,
+        "greedy": [{"prompt": pid, "prompt_ids": list(map(int, ids)), "output_ids": o}
+                   for (_, pid, ids), o in zip(prompts, outputs)],
         "results": {}}
     for dtype in args.dtypes.split(","):
         model = load_model(args.target, dtype=dtype)
@@ -191,7 +195,7 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     if args.json:
-        print(json.dumps({k: v for k, v in result.items() if k != "checks"}, indent=1, default=str))
+        print(json.dumps({k: v for k, v in result.items() if k not in ("checks", "greedy")}, indent=1, default=str))
     else:
         for dtype, res in result["results"].items():
             for name, row in res["drafters"].items():

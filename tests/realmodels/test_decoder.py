@@ -57,12 +57,14 @@ def _prompts(n: int = 20) -> list[list[int]]:
 
 
 def _drafters(target, draft, small_draft):
+    from specloop.strategies.lookup_length import LookupLength
     return {"ngram": lambda: NGramDrafter(), "small-lm": lambda: SmallLMDrafter(draft),
-            "self": lambda: SmallLMDrafter(target), "smaller-vocab": lambda: SmallLMDrafter(small_draft)}
+            "self": lambda: SmallLMDrafter(target), "smaller-vocab": lambda: SmallLMDrafter(small_draft),
+            "ngram-learned": lambda: NGramDrafter(length_model=LookupLength([1.0, 1.1, 1.2, 1.3], max_length=6))}
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
-@pytest.mark.parametrize("drafter", ["ngram", "small-lm", "self", "smaller-vocab"])
+@pytest.mark.parametrize("drafter", ["ngram", "small-lm", "self", "smaller-vocab", "ngram-learned"])
 def test_greedy_equals_plain_greedy(target, draft, small_draft, policy, drafter):
     make = _drafters(target, draft, small_draft)[drafter]
     dec = SpeculativeDecoder(as_loaded(target), make(), policy=POLICIES[policy](), eos_token_id=[])
@@ -278,3 +280,22 @@ def test_fixed_drafter_counts(target):
     for record in result.trace:
         assert record.verified_tokens == record.num_draft_tokens + 1
         assert record.tokens_per_round == record.accepted_tokens + 1 or record is result.trace[-1]
+
+
+def test_learned_lookup_length_learns_from_every_drafted_round(target):
+    """The n-gram drafter's LookupLength sees each verified chain once: its trials at
+    position 1 equal the rounds that drafted, its acceptances the rounds that accepted
+    at least one token; with a steep cost and no successes it stops drafting."""
+    from specloop.strategies.lookup_length import LookupLength
+    model = LookupLength([1.0, 1.05, 1.1, 1.15], max_length=6)
+    dec = SpeculativeDecoder(as_loaded(target), NGramDrafter(length_model=model), policy=FixedDraftPolicy(6),
+                             eos_token_id=[])
+    rounds = [r for prompt in _prompts(10) for r in dec.generate(prompt, 16).trace]
+    drafted = [r for r in rounds if r.num_draft_tokens > 0]
+    assert drafted and all(r.num_draft_tokens <= 6 for r in rounds)
+    assert sum(t[0] for t in model.trials.values()) == len(drafted)
+    assert sum(a[0] for a in model.accepted.values()) == sum(r.accepted_tokens > 0 for r in drafted)
+    hopeless = LookupLength([1.0, 10.0], max_length=6, prior=(1.0, 50.0))
+    dec = SpeculativeDecoder(as_loaded(target), NGramDrafter(length_model=hopeless), policy=FixedDraftPolicy(6),
+                             eos_token_id=[])
+    assert all(r.num_draft_tokens == 0 for r in dec.generate(_prompts(3)[2] * 3, 8).trace)

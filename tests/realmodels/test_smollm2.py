@@ -58,13 +58,15 @@ def references(smollm2, prompts):
     return refs
 
 
-@pytest.mark.parametrize("config", ["ngram-chain", "ngram-tree", "self-chain", "self-tree"])
+@pytest.mark.parametrize("config", ["ngram-chain", "ngram-tree", "self-chain", "self-tree", "ngramlearned-chain"])
 def test_greedy_identical_to_hf(smollm2, prompts, references, config):
+    from specloop.strategies.lookup_length import LookupLength
     drafter_kind, shape = config.split("-")
     policy = FixedDraftPolicy(4) if shape == "chain" else FixedDraftPolicy(4, parse_tree_shape("3x2x1x1"))
-    drafter = NGramDrafter() if drafter_kind == "ngram" else SmallLMDrafter(smollm2.model)
+    drafter = {"ngram": lambda: NGramDrafter(), "self": lambda: SmallLMDrafter(smollm2.model),
+               "ngramlearned": lambda: NGramDrafter(length_model=LookupLength([1.0, 1.3, 1.5, 1.6, 1.7]))}[drafter_kind]()
     dec = SpeculativeDecoder(smollm2, drafter, policy=policy, eos_token_id=[])
-    chosen = range(len(prompts)) if drafter_kind == "ngram" else range(0, len(prompts), 4)
+    chosen = range(len(prompts)) if drafter_kind.startswith("ngram") else range(0, len(prompts), 4)
     for i in chosen:
         result = dec.generate(prompts[i], MAX_NEW)
         assert result.new_tokens == references[i], (config, i)

@@ -5,6 +5,10 @@ continuations, merged into a trie and verified in one target forward.
 
 Deterministic: ``q_draft`` is None (each node is verified as a point mass, which is
 lossless for greedy and sampling alike; see `drafters.base`).
+
+With a ``length_model`` (`specloop.strategies.lookup_length.LookupLength`) a chain
+draft verifies only the cost-optimal prefix of the best continuation, learned from
+the verifier's accepted lengths per matched n-gram size.
 """
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
 
-__all__ = ["NGramDrafter", "find_continuations", "build_trie"]
+__all__ = ["NGramDrafter", "find_continuations", "best_continuation", "build_trie"]
 
 
 def find_continuations(ids: np.ndarray, depth: int, width: int, max_ngram: int = 3,
@@ -56,6 +60,19 @@ def find_continuations(ids: np.ndarray, depth: int, width: int, max_ngram: int =
     return found
 
 
+def best_continuation(ids: np.ndarray, depth: int, max_ngram: int = 3, min_ngram: int = 1) -> tuple[list[int], int]:
+    """The first continuation `find_continuations` would give (longest matched
+    n-gram, most recent occurrence) and that n-gram's length n; ``([], 0)`` when
+    the context's suffix occurs nowhere earlier."""
+    for n in range(min(max_ngram, int(ids.shape[0]) - 1), min_ngram - 1, -1):
+        if n < 1:
+            break
+        found = find_continuations(ids, depth, 1, n, n)
+        if found:
+            return found[0], n
+    return [], 0
+
+
 def build_trie(continuations: list[list[int]], max_nodes: int) -> tuple[list[int], list[int]]:
     """Merge token lists into a trie: (tokens, parents), parents before children,
     at most ``max_nodes`` nodes (later continuations are truncated first)."""
@@ -86,6 +103,10 @@ class NGramDrafter(BaseDrafter):
             does not say (default 4). A tree plan's ``branching[0]`` (or
             ``top_k``) overrides it; its ``max_depth`` is the continuation length
             and ``verify_size`` caps the node count.
+        length_model: optional `LookupLength`; chain plans then propose its
+            cost-optimal prefix (keyed by the matched n-gram size) of the best
+            continuation (the plan's k is the cap), and ``observe`` feeds it the
+            accepted length. Tree plans ignore it.
 
     Raises:
         ValueError: sizes < 1 or min_ngram > max_ngram.
@@ -93,11 +114,30 @@ class NGramDrafter(BaseDrafter):
 
     name = "ngram"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 4):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, max_matches: int = 4, length_model=None):
         if min_ngram < 1 or max_ngram < min_ngram or max_matches < 1:
             raise ValueError(f"NGramDrafter needs 1 <= min_ngram <= max_ngram and max_matches >= 1; "
                              f"got {min_ngram}, {max_ngram}, {max_matches}")
         self.max_ngram, self.min_ngram, self.max_matches = max_ngram, min_ngram, max_matches
+        self.length_model = length_model
+        self._pending: tuple[int, int] | None = None     # (matched n, drafted length) of the last chain
+
+    def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
+        self._pending = None
+
+    def observe(self, feedback) -> None:
+        if self.length_model is not None and self._pending is not None:
+            n, drafted = self._pending
+            self.length_model.update(n, drafted, min(feedback.num_accepted, drafted))
+        self._pending = None
+
+    def _learned_chain(self, ids: np.ndarray, depth: int) -> DraftProposal:
+        cont, n = best_continuation(ids, depth, self.max_ngram, self.min_ngram)
+        length = self.length_model.choose(n, len(cont)) if cont else 0
+        self._pending = (n, length) if length else None
+        if not length:
+            return DraftProposal.empty()
+        return DraftProposal(torch.tensor(cont[:length], dtype=torch.long), torch.arange(-1, length - 1))
 
     def propose(self, request: DraftRequest) -> DraftProposal:
         plan = request.plan
@@ -109,8 +149,11 @@ class NGramDrafter(BaseDrafter):
             depth = int(tree.max_depth)
             width = int(tree.branching[0] if tree.branching is not None else tree.top_k)
             max_nodes = min(request.max_tokens, tree.verify_size or request.max_tokens)
+        self._pending = None
         if depth < 1 or max_nodes < 1:
             return DraftProposal.empty()
+        if self.length_model is not None and plan.tree is None:
+            return self._learned_chain(ids, min(depth, max_nodes))
         conts = find_continuations(ids, depth, width, self.max_ngram, self.min_ngram)
         tokens, parents = build_trie(conts, max_nodes)
         if not tokens:
