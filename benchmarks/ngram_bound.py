@@ -9,6 +9,10 @@ n-gram drafter's rounds can be replayed without the model:
   cut at the context end): one chain per round;
 * ``specloop-ngram-tree``  our `NGramDrafter` trie (``--tree-width`` continuations of
   up to ``--tree-depth`` tokens, at most ``--tree-nodes`` nodes), the benchmark's tree;
+* ``specloop-ngram-learned``  our `NGramDrafter` chain with a
+  `strategies.lookup_length.LookupLength`: the cost-optimal prefix of the best
+  continuation, per-position acceptance learned from the replayed verifier feedback
+  against this dtype's measured cost table;
 * ``oracle-ngram-tree``  every continuation that follows any earlier occurrence of the
   last token (a trie of all of them: the most any context n-gram drafter can
   propose), of up to ``--oracle-depth`` tokens, verified with perfect pruning: only
@@ -75,12 +79,14 @@ def accepted_in_trie(tokens: list[int], parents: list[int], truth: list[int]) ->
     return depth
 
 
-def replay(prompt: list[int], output: list[int], propose) -> list[tuple[int, int]]:
+def replay(prompt: list[int], output: list[int], propose, observe=None) -> list[tuple[int, int]]:
     """Rounds of a drafter on a known greedy output.
 
     Args:
         prompt / output: token ids; ``output`` is the target's greedy continuation.
         propose: ``context (int64 array) -> (tokens, parents, verify_size)``.
+        observe: optional ``observe(accepted_draft_tokens)`` after each round (the
+            verifier's feedback, for drafters that learn).
 
     Returns:
         per round (tokens emitted, verification size in tokens).
@@ -89,7 +95,10 @@ def replay(prompt: list[int], output: list[int], propose) -> list[tuple[int, int
     ids = np.asarray(list(prompt) + list(output), dtype=np.int64)
     while pos < len(output):
         tokens, parents, verify = propose(ids[: len(prompt) + pos])
-        emitted = min(accepted_in_trie(tokens, parents, list(output[pos:])) + 1, len(output) - pos)
+        accepted = accepted_in_trie(tokens, parents, list(output[pos:]))
+        if observe is not None:
+            observe(accepted)
+        emitted = min(accepted + 1, len(output) - pos)
         rounds.append((emitted, verify))
         pos += emitted
     return rounds
@@ -116,6 +125,27 @@ def drafters(args, eos: tuple[int, ...], max_length) -> dict:
     return {"hf-prompt-lookup": hf, "specloop-ngram-tree": tree, "oracle-ngram-tree": oracle}
 
 
+def learned_rounds(prompts, outputs, args, verify_seconds) -> list[list[tuple[int, int]]]:
+    """Replay `NGramDrafter` with a `LookupLength` on ``verify_seconds`` (chains of
+    at most ``--learned-max-length`` tokens), one drafter for the whole prompt list
+    in order: it learns from every round's accepted length, as in the decoder."""
+    from types import SimpleNamespace
+
+    import torch
+    from specloop.realmodels.drafters.ngram import NGramDrafter
+    from specloop.strategies.base import DraftPlan
+    from specloop.strategies.lookup_length import LookupLength
+    drafter = NGramDrafter(max_ngram=args.max_ngram,
+                           length_model=LookupLength(verify_seconds, max_length=args.learned_max_length))
+    plan = DraftPlan(num_draft_tokens=args.learned_max_length)
+
+    def propose(context):
+        prop = drafter.propose(SimpleNamespace(plan=plan, ids=torch.from_numpy(context), max_tokens=10 ** 6))
+        return prop.tokens.tolist(), prop.parents.tolist(), prop.size + 1
+    return [replay(ids, o, propose, lambda accepted: drafter.observe(SimpleNamespace(num_accepted=accepted)))
+            for (_, _, ids), o in zip(prompts, outputs)]
+
+
 def summarise(rounds: list[tuple[int, int | None]], cost: dict) -> dict:
     seconds = np.asarray(cost["seconds"])
     verify = [v if v is not None else e for e, v in rounds]   # oracle: accepted path + bonus = emitted
@@ -139,6 +169,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tree-depth", type=int, default=8)
     parser.add_argument("--tree-nodes", type=int, default=24)
     parser.add_argument("--oracle-depth", type=int, default=16)
+    parser.add_argument("--learned-max-length", type=int, default=10)
     parser.add_argument("--cache-len", type=int, default=200)
     parser.add_argument("--max-verify", type=int, default=32)
     parser.add_argument("--verify-repeats", type=int, default=5)
@@ -187,7 +218,8 @@ def main(argv=None) -> int:
     for dtype in args.dtypes.split(","):
         model = load_model(args.target, dtype=dtype)
         cost = _verify_cost(model, args)
-        rows = {name: summarise([r for rounds in per for r in rounds], cost) for name, per in per_drafter.items()}
+        runs = {**per_drafter, "specloop-ngram-learned": learned_rounds(prompts, outputs, args, cost["seconds"])}
+        rows = {name: summarise([r for rounds in per for r in rounds], cost) for name, per in runs.items()}
         base = rows["hf-prompt-lookup"]["model_tokens_per_s"]
         for row in rows.values():
             row["vs_hf_prompt_lookup"] = row["model_tokens_per_s"] / base
