@@ -25,8 +25,7 @@ __all__ = ["register"]
 KINDS = ("eagle", "eagle3", "medusa", "hydra", "small-lm")
 QUICK = {"tokens": 40_000, "steps": 200, "batch_size": 4, "window": 64}
 _MIX_HELP = ("source weights of the warm-up corpus, e.g. stdlib=0.6,docs=0.2,man=0.2 (sources: stdlib, docs, man, "
-                             "prompts; default stdlib=0.45,docs=0.2,man=0.2,prompts=0.15); a non-default mix gets its "
-                             "own feature cache")
+             "prompts; default stdlib=0.45,docs=0.2,man=0.2,prompts=0.15); a non-default mix gets its own feature cache")
 
 
 def register(subparsers) -> None:
@@ -62,8 +61,8 @@ def register(subparsers) -> None:
 
 
 def _train_config(args):
-    from specloop.realmodels.training.corpus import mix_tag, parse_mix
-    from specloop.realmodels.training.features import features_root
+    from specloop.realmodels.training.corpus import parse_mix
+    from specloop.realmodels.training.features import mix_features_root
     from specloop.realmodels.training.trainer import TrainConfig
     values = dict(QUICK) if args.quick else {}
     if args.corpus_mix is not None:
@@ -74,8 +73,7 @@ def _train_config(args):
         if getattr(args, attr) is not None:
             values[key] = getattr(args, attr)
     if args.quick:
-        tag = mix_tag(values.get("corpus_mix"))
-        values["feature_root"] = str(features_root(f"{args.target}-quick" + (f"-{tag}" if tag else "")))
+        values["feature_root"] = str(mix_features_root(f"{args.target}-quick", values.get("corpus_mix")))
         values["quick"] = True
     if values.get("init_from") == "pretrained":
         values["init_from"] = _pretrained_folder(args.target, args.kind)
@@ -122,16 +120,15 @@ def _train(args: argparse.Namespace) -> int:
 
 def _features(args: argparse.Namespace) -> int:
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.training.corpus import mix_tag, parse_mix
-    from specloop.realmodels.training.features import build_feature_cache, features_root
+    from specloop.realmodels.training.corpus import parse_mix
+    from specloop.realmodels.training.features import build_feature_cache, mix_features_root
     if args.tokens < 1:
         raise ValueError(f"--tokens must be >= 1, got {args.tokens}")
     mix = parse_mix(args.corpus_mix) if args.corpus_mix is not None else None
-    tag = mix_tag(mix)
     loaded = load_model(args.target, dtype=args.dtype)
     parts = ("val", "train") if args.no_chat else ("val", "train", "chat")
     built = build_feature_cache(loaded, args.target, total_tokens=args.tokens, parts=parts, mix=mix,
-                                root=features_root(f"{args.target}-{tag}" if tag else args.target))
+                                root=mix_features_root(args.target, mix))
     for name, part in built.items():
         print(f"{name}: {part.n_done}/{part.meta['n_chunks']} chunks of {part.meta['chunk_len']} tokens "
               f"in {part.folder}")

@@ -37,7 +37,7 @@ import numpy as np
 
 __all__ = ["Document", "Corpus", "DEFAULT_MIX", "VAL_EVERY", "MAX_DOC_CHARS", "SOURCES",
            "iter_documents", "build_corpus", "strip_roff", "chat_documents",
-           "save_corpus", "load_corpus", "parse_mix", "mix_tag"]
+           "save_corpus", "load_corpus", "parse_mix", "check_mix", "normalise_mix", "mix_tag"]
 
 VAL_EVERY = 40               # 1 document in 40 (by id hash) is validation
 MAX_DOC_CHARS = 12_000       # long files are cut so no single file dominates
@@ -264,7 +264,7 @@ def build_corpus(tokenizer, total_tokens: int = 1_200_000, *, mix: dict[str, flo
         raise ValueError("the corpus is empty: no documents found in any source")
     corpus = _pack(chosen, eos, rng)
     corpus.requested_tokens = int(total_tokens)
-    corpus.mix = {k: float(v) for k, v in sorted(mix.items())}
+    corpus.mix = normalise_mix(mix)
     return corpus
 
 
@@ -312,16 +312,16 @@ def load_corpus(folder: str | Path) -> Corpus:
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     return Corpus(np.load(folder / "train_ids.npy"), np.load(folder / "val_ids.npy"),
                   meta["docs"], meta["fingerprint"], int(meta.get("requested_tokens", 0)),
-                  dict(meta.get("mix") or DEFAULT_MIX))
+                  normalise_mix(meta.get("mix") or DEFAULT_MIX))
 
 
 def parse_mix(text: str) -> dict[str, float]:
     """Parse a corpus mix ``"stdlib=0.6,docs=0.2,man=0.2"`` (source=weight pairs;
-    weights are relative and need not sum to 1).
+    weights are relative and need not sum to 1), checked by `check_mix`.
 
     Raises:
-        ValueError: an unknown source, a malformed pair, a negative or non-finite
-            weight, a repeated source, or an all-zero mix.
+        ValueError: a malformed pair, a weight that is not a number, a repeated
+            source, or what `check_mix` refuses.
     """
     mix: dict[str, float] = {}
     for item in (part.strip() for part in str(text).split(",")):
@@ -331,31 +331,46 @@ def parse_mix(text: str) -> dict[str, float]:
         name = name.strip()
         if not sep or not name:
             raise ValueError(f"corpus mix entry {item!r} is not source=weight (e.g. stdlib=0.6)")
-        if name not in SOURCES:
-            raise ValueError(f"unknown corpus source {name!r}; choose from {sorted(SOURCES)}")
         if name in mix:
             raise ValueError(f"corpus source {name!r} given twice")
         try:
-            weight = float(value)
+            mix[name] = float(value)
         except ValueError:
             raise ValueError(f"corpus mix weight {value!r} of {name!r} is not a number") from None
+    return check_mix(mix)
+
+
+def check_mix(mix: dict[str, float]) -> dict[str, float]:
+    """Return ``mix`` (source -> relative weight) if it is a usable corpus mix.
+
+    Raises:
+        ValueError: an unknown source, a negative or non-finite weight, or no
+            positive weight.
+    """
+    for name, weight in mix.items():
+        if name not in SOURCES:
+            raise ValueError(f"unknown corpus source {name!r}; choose from {sorted(SOURCES)}")
         if not np.isfinite(weight) or weight < 0:
             raise ValueError(f"corpus mix weight of {name!r} must be finite and >= 0, got {weight}")
-        mix[name] = weight
     if sum(mix.values()) <= 0:
-        raise ValueError(f"corpus mix {text!r} has no positive weight")
+        raise ValueError(f"corpus mix {mix!r} has no positive weight")
     return mix
+
+
+def normalise_mix(mix: dict[str, float]) -> dict[str, float]:
+    """Weights as fractions of their sum, sorted by source, zero weights dropped (a
+    zero quota selects no document), so equal mixes compare equal however written."""
+    total = float(sum(mix.values()))
+    return {k: float(v) / total for k, v in sorted(mix.items()) if v > 0}
 
 
 def mix_tag(mix: dict[str, float] | None) -> str:
     """A short stable name for a mix: ``""`` for the default mix, else e.g.
-    ``"mix-docs20-man20-stdlib60"`` (weights normalised to percent). Used to keep
-    feature caches of different mixes apart."""
+    ``"mix-docs20-man20-stdlib60"`` (weights in percent). Used to keep feature
+    caches of different mixes apart."""
     if mix is None:
         return ""
-    norm = sum(mix.values())
-    weights = {k: round(100 * v / norm) for k, v in sorted(mix.items()) if v > 0}
-    default = {k: round(100 * v / sum(DEFAULT_MIX.values())) for k, v in sorted(DEFAULT_MIX.items())}
-    if weights == default:
+    percent = {k: round(100 * v) for k, v in normalise_mix(mix).items()}
+    if percent == {k: round(100 * v) for k, v in normalise_mix(DEFAULT_MIX).items()}:
         return ""
-    return "mix-" + "-".join(f"{k}{v}" for k, v in weights.items())
+    return "mix-" + "-".join(f"{k}{v}" for k, v in percent.items())

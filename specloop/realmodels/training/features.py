@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["eagle3_layers", "default_layers", "FeaturePart", "features_root", "training_features_root",
+__all__ = ["eagle3_layers", "default_layers", "FeaturePart", "features_root", "mix_features_root",
+           "training_features_root",
            "create_part", "open_part", "extract_features", "chunk_stream"]
 
 def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
@@ -283,20 +284,21 @@ def generate_chat_responses(loaded, path: str | Path, *, max_prompts: int = 48,
     return [done[f"{p.dataset}:{p.id}"] for p in prompts]
 
 
-def _normal_mix(mix: dict[str, float]) -> dict[str, float]:
-    return {k: float(v) for k, v in sorted(mix.items())}
+def mix_features_root(name: str, mix: dict[str, float] | None) -> Path:
+    """`features_root` of ``name`` (a target, or e.g. ``<target>-quick``), suffixed
+    with `corpus.mix_tag` for a non-default corpus mix, so caches of different
+    mixes never mix."""
+    from specloop.realmodels.training.corpus import mix_tag
+    tag = mix_tag(mix)
+    return features_root(f"{name}-{tag}" if tag else name)
 
 
 def training_features_root(config) -> Path:
     """The feature-cache root a `TrainConfig` reads: ``config.feature_root`` if set,
-    else `features_root` of the target, suffixed with `corpus.mix_tag` when
-    ``config.corpus_mix`` is not the default mix (so caches of different mixes
-    never mix)."""
-    from specloop.realmodels.training.corpus import mix_tag
+    else `mix_features_root` of the target and ``config.corpus_mix``."""
     if config.feature_root:
         return Path(config.feature_root)
-    tag = mix_tag(getattr(config, "corpus_mix", None))
-    return features_root(f"{config.target}-{tag}" if tag else config.target)
+    return mix_features_root(config.target, getattr(config, "corpus_mix", None))
 
 
 def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, chunk_len: int = 512,
@@ -324,7 +326,7 @@ def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, c
         part name -> `FeaturePart`.
     """
     from specloop.realmodels.training.corpus import (DEFAULT_MIX, build_corpus, chat_documents,
-                                                     load_corpus, save_corpus)
+                                                     load_corpus, normalise_mix, save_corpus)
     root = Path(root) if root is not None else features_root(target)
     model = loaded.model
     num_layers = int(model.config.num_hidden_layers)
@@ -332,7 +334,7 @@ def build_feature_cache(loaded, target: str, *, total_tokens: int = 1_200_000, c
     hidden_size = int(model.config.hidden_size)
     try:
         corpus = load_corpus(root / "corpus")
-        if corpus.requested_tokens != total_tokens or corpus.mix != _normal_mix(mix or DEFAULT_MIX):
+        if corpus.requested_tokens != total_tokens or corpus.mix != normalise_mix(mix or DEFAULT_MIX):
             raise FileNotFoundError
     except FileNotFoundError:
         corpus = build_corpus(loaded.tokenizer, total_tokens, mix=mix, progress=progress)

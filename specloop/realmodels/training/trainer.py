@@ -102,8 +102,8 @@ class TrainConfig:
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"TrainConfig.lr must be a positive finite number, got {self.lr}")
         if self.corpus_mix is not None:
-            from specloop.realmodels.training.corpus import parse_mix
-            parse_mix(",".join(f"{k}={v}" for k, v in self.corpus_mix.items()))
+            from specloop.realmodels.training.corpus import check_mix
+            check_mix(self.corpus_mix)
         if self.draft_vocab_size < 0:
             raise ValueError(f"TrainConfig.draft_vocab_size must be >= 0, got {self.draft_vocab_size}")
 
