@@ -162,7 +162,7 @@ def _result(summaries: dict, failures: dict, items, config, args) -> dict:
     return {"target": args.target, "methods": methods, "failed": failures,
             "baseline_tokens_per_s": base_tps,
             "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
-            "stream": [i.dataset for i in items],
+            "stream": domains,
             "config": {"datasets": args.datasets, "order": args.order, "prompts": len(items),
                        "drafts": getattr(args, "drafts", None),
                        "chunk": config.chunk, "max_new_tokens": config.max_new_tokens,

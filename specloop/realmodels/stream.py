@@ -178,13 +178,8 @@ class StreamRunner:
 
     def _registry_drafter(self, spec: MethodSpec):
         from specloop.realmodels.drafters.registry import make_drafter
-        options = {}
-        if self.drafts_dir is not None:
-            folder = self.drafts_dir / spec.drafter
-            if not ((folder / "draft.safetensors").is_file() and (folder / "draft.json").is_file()):
-                raise FileNotFoundError(f"method {spec.label!r}: no trained {spec.drafter!r} draft in {folder} "
-                                        f"(train one with: specloop draft train --kind {spec.drafter} --out {folder})")
-            options["checkpoint"] = str(folder)
+        # a checkpoint folder is read as it is (`heads.common.load_draft` never falls back to the shipped copy)
+        options = {} if self.drafts_dir is None else {"checkpoint": str(self.drafts_dir / spec.drafter)}
         try:
             return make_drafter(spec.drafter, self.target, train_if_missing=False, progress=False, **options)
         except FileNotFoundError as exc:

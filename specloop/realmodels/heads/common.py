@@ -171,13 +171,17 @@ def load_draft(target: str, kind: str, folder: str | Path | None = None) -> tupl
 
     Raises:
         FileNotFoundError: no draft saved for (target, kind) — train it with
-            ``specloop draft train --target T --kind K``.
+            ``specloop draft train --target T --kind K`` (with ``--out folder``
+            when ``folder`` was given: then the shipped copy is not used).
     """
     from safetensors.torch import load_file
     path = find_draft(target, kind, folder)
+    if path is None and folder is not None:      # an explicit folder never falls back to the package's copy
+        raise FileNotFoundError(f"no trained {kind!r} draft for target {target!r} in {Path(folder)}; train one "
+                                f"with: specloop draft train --kind {kind} --target {target} --out {Path(folder)}")
     if path is None:
         raise FileNotFoundError(f"no trained {kind!r} draft for target {target!r} in "
-                                f"{Path(folder) if folder else draft_dir(target, kind)} or the package; "
+                                f"{draft_dir(target, kind)} or the package; "
                                 f"train one with: specloop draft train --target {target} --kind {kind}")
     tensors = {k: (v.float() if v.is_floating_point() else v) for k, v in load_file(str(path)).items()}
     config = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
