@@ -136,12 +136,19 @@ def _head_methods(target, args) -> dict:
     return methods
 
 
+def _ngram_tree(args, nodes: int):
+    """The lookup drafters' tree: ``--tree-width`` continuations of ``--tree-depth``
+    tokens merged into a trie of at most ``nodes`` nodes."""
+    from specloop.realmodels.policy import parse_tree_shape
+    return parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1)) + f",v={nodes}")
+
+
 def _methods(target, args) -> dict:
     from specloop.realmodels.decoder import eos_ids_of
     from specloop.realmodels.drafters.datastore import DatastoreDrafter, load_or_build_index
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
-    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
+    from specloop.realmodels.policy import FixedDraftPolicy
 
     eos = sorted(eos_ids_of(target.model, target.tokenizer))
     methods = {"hf-greedy": _hf_runner(target.model, eos)}
@@ -150,9 +157,7 @@ def _methods(target, args) -> dict:
     methods["specloop-greedy"] = _spec_runner(args.current_widths, target, NGramDrafter(), FixedDraftPolicy(0))
     methods["specloop-ngram-chain"] = _spec_runner(args.current_widths, target, NGramDrafter(), FixedDraftPolicy(args.k))
     methods["specloop-ngram-tree"] = _spec_runner(args.current_widths, target, NGramDrafter(max_matches=args.tree_width),
-                                                  FixedDraftPolicy(args.tree_depth, parse_tree_shape(
-                                                      f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
-                                                      + f",v={args.tree_nodes}")))
+                                                  FixedDraftPolicy(args.tree_depth, _ngram_tree(args, args.tree_nodes)))
     from specloop.strategies.lookup_length import LookupLength
     learned = NGramDrafter(length_model=LookupLength(args.current_cost["seconds"], max_length=args.learned_max_length))
     methods["specloop-ngram-learned"] = _spec_runner(args.current_widths, target, learned,
@@ -164,8 +169,7 @@ def _methods(target, args) -> dict:
         methods["specloop-datastore-chain"] = _spec_runner(args.current_widths, target, chain, FixedDraftPolicy(args.k))
         for nodes in args.datastore_nodes:
             methods[f"specloop-datastore-tree-v{nodes}"] = _spec_runner(args.current_widths, target, tree, FixedDraftPolicy(
-                args.tree_depth, parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1))
-                                                  + f",v={nodes}")))
+                args.tree_depth, _ngram_tree(args, nodes)))
     if args.draft_model:
         drafter = make_small_lm_drafter(target, args.draft_model, dtype=args.current_dtype)
         methods[f"specloop-{args.draft_model}-chain"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(args.k))

@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode import RESULTS, _prompts, _verify_cost  # noqa: E402  (same prompts and cost forward as decode.py)
+from decode import RESULTS, _ngram_tree, _prompts, _verify_cost  # noqa: E402  (same prompts, tree and cost forward)
 
 
 def hf_prompt_lookup(context: np.ndarray, num_tokens: int = 10, max_ngram: int = 2, eos: tuple[int, ...] = (),
@@ -104,46 +104,57 @@ def replay(prompt: list[int], output: list[int], propose, observe=None) -> list[
     return rounds
 
 
-def drafters(args, eos: tuple[int, ...], max_length) -> dict:
-    """name -> ``propose(context) -> (tokens, parents, verify_size)``; ``max_length``
-    maps a context to HF's max_length (prompt + max_new_tokens)."""
-    from specloop.realmodels.drafters.ngram import build_trie, find_continuations
+def drafter_rounds(drafter, plan, prompt: list[int], output: list[int]) -> list[tuple[int, int]]:
+    """`replay` of one of our drafters as the decoder drives it: ``propose`` with
+    ``plan``, then ``observe`` with the accepted count (what a learning drafter
+    uses of `VerifyFeedback`)."""
+    from types import SimpleNamespace
 
-    def hf(context):
-        cand = hf_prompt_lookup(context, args.lookup_tokens, 2, eos, max_length(context))
-        return cand, list(range(-1, len(cand) - 1)), len(cand) + 1
+    import torch
 
-    def tree(context):
-        conts = find_continuations(context, args.tree_depth, args.tree_width, args.max_ngram, 1)
-        tokens, parents = build_trie(conts, args.tree_nodes)
-        return tokens, parents, len(tokens) + 1
+    def propose(context):
+        prop = drafter.propose(SimpleNamespace(plan=plan, ids=torch.from_numpy(context), max_tokens=10 ** 6))
+        return prop.tokens.tolist(), prop.parents.tolist(), prop.size + 1
+    return replay(prompt, output, propose, lambda accepted: drafter.observe(SimpleNamespace(num_accepted=accepted)))
 
-    def oracle(context):
-        conts = find_continuations(context, args.oracle_depth, len(context), 1, 1)
-        tokens, parents = build_trie(conts, 10 ** 9)
-        return tokens, parents, None            # perfect pruning: verify size = accepted path + 1
-    return {"hf-prompt-lookup": hf, "specloop-ngram-tree": tree, "oracle-ngram-tree": oracle}
+
+def static_rounds(prompts, outputs, args, eos: tuple[int, ...]) -> dict:
+    """Rounds per prompt of HF prompt lookup, our n-gram tree (the `NGramDrafter`
+    itself, with decode.py's tree) and the oracle tree; none of them learns, so the
+    rounds do not depend on the cost table."""
+    from specloop.realmodels.drafters.ngram import NGramDrafter, build_trie, find_continuations
+    from specloop.strategies.base import DraftPlan
+    tree_plan = DraftPlan(args.tree_depth, _ngram_tree(args, args.tree_nodes))
+    out = {"hf-prompt-lookup": [], "specloop-ngram-tree": [], "oracle-ngram-tree": []}
+    for (_, _, ids), output in zip(prompts, outputs):
+        max_length = len(ids) + args.max_new_tokens          # HF's max_length
+
+        def hf(context):
+            cand = hf_prompt_lookup(context, args.lookup_tokens, 2, eos, max_length)
+            return cand, list(range(-1, len(cand) - 1)), len(cand) + 1
+
+        def oracle(context):
+            conts = find_continuations(context, args.oracle_depth, len(context), 1, 1)
+            tokens, parents = build_trie(conts, 10 ** 9)
+            return tokens, parents, None            # perfect pruning: verify size = accepted path + 1
+        out["hf-prompt-lookup"].append(replay(ids, output, hf))
+        tree = NGramDrafter(max_ngram=args.max_ngram, max_matches=args.tree_width)
+        out["specloop-ngram-tree"].append(drafter_rounds(tree, tree_plan, ids, output))
+        out["oracle-ngram-tree"].append(replay(ids, output, oracle))
+    return out
 
 
 def learned_rounds(prompts, outputs, args, verify_seconds) -> list[list[tuple[int, int]]]:
     """Replay `NGramDrafter` with a `LookupLength` on ``verify_seconds`` (chains of
     at most ``--learned-max-length`` tokens), one drafter for the whole prompt list
     in order: it learns from every round's accepted length, as in the decoder."""
-    from types import SimpleNamespace
-
-    import torch
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.strategies.base import DraftPlan
     from specloop.strategies.lookup_length import LookupLength
     drafter = NGramDrafter(max_ngram=args.max_ngram,
                            length_model=LookupLength(verify_seconds, max_length=args.learned_max_length))
     plan = DraftPlan(num_draft_tokens=args.learned_max_length)
-
-    def propose(context):
-        prop = drafter.propose(SimpleNamespace(plan=plan, ids=torch.from_numpy(context), max_tokens=10 ** 6))
-        return prop.tokens.tolist(), prop.parents.tolist(), prop.size + 1
-    return [replay(ids, o, propose, lambda accepted: drafter.observe(SimpleNamespace(num_accepted=accepted)))
-            for (_, _, ids), o in zip(prompts, outputs)]
+    return [drafter_rounds(drafter, plan, ids, o) for (_, _, ids), o in zip(prompts, outputs)]
 
 
 def summarise(rounds: list[tuple[int, int | None]], cost: dict) -> dict:
@@ -181,7 +192,7 @@ def main(argv=None) -> int:
     from specloop.realmodels.decoder import SpeculativeDecoder, eos_ids_of
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
+    from specloop.realmodels.policy import FixedDraftPolicy
     target = load_model(args.target, dtype="float32")
     prompts = _prompts(target.tokenizer, args.datasets.split(","), args.prompts)
     eos = sorted(eos_ids_of(target.model, target.tokenizer))
@@ -192,17 +203,11 @@ def main(argv=None) -> int:
                                         temperature=None, top_p=None, top_k=None, eos_token_id=eos,
                                         pad_token_id=eos[0])
         outputs.append(out[0, len(ids):].tolist())
-    per_drafter = {}
-    for name in ("hf-prompt-lookup", "specloop-ngram-tree", "oracle-ngram-tree"):
-        per_drafter[name] = []
-        for (_, _, ids), o in zip(prompts, outputs):
-            fn = drafters(args, tuple(eos), lambda context, n=len(ids): n + args.max_new_tokens)[name]
-            per_drafter[name].append(replay(ids, o, fn))
-    shape = parse_tree_shape(f"{args.tree_width}x" + "x".join(["1"] * (args.tree_depth - 1)) + f",v={args.tree_nodes}")
+    per_drafter = static_rounds(prompts, outputs, args, tuple(eos))
     checks = []
     for (_, pid, ids), rounds in list(zip(prompts, per_drafter["specloop-ngram-tree"]))[: args.check]:
         decoder = SpeculativeDecoder(target, NGramDrafter(max_ngram=args.max_ngram, max_matches=args.tree_width),
-                                     policy=FixedDraftPolicy(args.tree_depth, shape))
+                                     policy=FixedDraftPolicy(args.tree_depth, _ngram_tree(args, args.tree_nodes)))
         trace = decoder.generate(ids, args.max_new_tokens).trace
         checks.append({"prompt": pid, "decoder": [int(r.tokens_per_round) for r in trace],
                        "replay": [e for e, _ in rounds]})
