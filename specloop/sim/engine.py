@@ -13,15 +13,18 @@ round's first position (Assumption 1), recorded in ``RoundRecord.loss``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from specloop.record import RoundRecord, Trace
 from specloop.sim.drafts import ParametricDraft
 from specloop.sim.rounds import _check_mode, chain_round, round_record, validate_table
-from specloop.sim.trees import simulate_tree_tables
-from specloop.strategies.base import PlanState
+from specloop.sim.trees import grow_tree, prune_tree, verify_trees
+from specloop.strategies.base import PlanState, TreeCandidates
+from specloop.strategies.engine import chain_step, drive_rounds, layer_draft_step
 
-__all__ = ["run_chain", "autoregressive_trace", "speedup_vs_autoregressive", "as_generator"]
+__all__ = ["SimChainEngine", "run_chain", "autoregressive_trace", "speedup_vs_autoregressive", "as_generator"]
 
 
 def as_generator(rng) -> np.random.Generator:
@@ -88,37 +91,118 @@ def _draw(q: np.ndarray, greedy: bool, rng: np.random.Generator) -> int:
     return x
 
 
-def _chain(stream, src: _QSource, t: int, k: int, rng, mode: str, cost_model, stream_index,
-           loss) -> RoundRecord:
-    greedy = mode == "greedy"
-    c = stream.context(t)
-    contexts, q_rows, tokens = [c], [], []
-    for _ in range(k):
-        q = src.q(t, c)
-        x = _draw(q, greedy, rng)
-        q_rows.append(q)
-        tokens.append(x)
-        c = stream.next_context(c, x)
-        contexts.append(c)
-    p_rows = np.stack([stream.target_for(t, ctx) for ctx in contexts])
-    q_arg = np.stack(q_rows) if k else np.zeros((0, stream.vocab_size))
-    return chain_round(p_rows, q_arg, k, rng, mode, cost_model, draft_tokens=tokens,
-                       round_index=t, stream_index=stream_index, loss=loss)
+class SimChainEngine:
+    """The simulator's chain and tree rounds as a `specloop.strategies.engine.RoundEngine`.
 
+    Round t drafts from q (token by token for a chain, level by level for a tree, asking
+    the policy's hooks through `RoundHooks`), verifies against p (`chain_round` /
+    the tree kernel) and records times from ``cost_model`` in seconds (zero without
+    one). With a `ParametricDraft`, f_t(w_t) and its gradient at the played parameters
+    are computed when the round starts; ``learn`` applies ``learner.step`` to them.
 
-def _tree(stream, src: _QSource, t: int, tree_plan, rng, mode, cost_model, stream_index,
-          loss) -> RoundRecord:
-    batch = simulate_tree_tables(stream.target_table(t), src.q_table(t, stream.num_contexts),
-                                 [stream.context(t)], tree_plan, rng, mode, stream.iid)
-    return round_record(t, stream_index, int(batch.num_nodes[0]), int(batch.depth[0]),
-                        int(batch.num_nodes[0]) + 1, int(batch.accepted[0]), cost_model,
-                        loss=loss)
+    Args: see `run_chain`.
+    """
+
+    def __init__(self, stream, draft_or_q, rng=None, cost_model=None, mode: str = "sampling",
+                 params=None, stream_index: int = 0, prompt_length: int = 0):
+        _check_mode(mode)
+        self.stream, self.draft_model, self.mode = stream, draft_or_q, mode
+        self.src = _QSource(draft_or_q, stream, params)
+        self.rng, self.cost_model = as_generator(rng), cost_model
+        self.stream_index, self.prompt_length = int(stream_index), int(prompt_length)
+        self.round_index, self.committed = 0, 0
+
+    @property
+    def params(self):
+        """The draft parameters played next (ParametricDraft) or None."""
+        return self.src.params
+
+    def plan_state(self) -> PlanState:
+        return PlanState(round_index=self.round_index, context_length=self.prompt_length + self.committed)
+
+    def start_round(self, plan) -> int:
+        t = self.round_index
+        if t >= self.stream.rounds:
+            raise ValueError(f"the stream has {self.stream.rounds} rounds; round {t} does not exist")
+        self._plan = plan
+        self._loss, self._grads = float("nan"), None
+        if self.src.kind == "parametric":
+            self._loss, self._grads = self.draft_model.loss_and_grad(self.src.params, self.stream.context(t),
+                                                               self.stream.target(t))
+        if plan.tree is not None:
+            return int(plan.tree.max_depth)
+        return int(plan.num_draft_tokens)
+
+    def draft(self, hooks) -> None:
+        if self._plan.tree is not None:
+            self._draft_tree(hooks)
+        else:
+            self._draft_chain(hooks)
+
+    def _draft_chain(self, hooks) -> None:
+        stream, t, greedy = self.stream, self.round_index, self.mode == "greedy"
+        c = stream.context(t)
+        contexts, q_rows, tokens, path = [c], [], [], 1.0
+        length = self.plan_state().context_length
+        for depth in range(1, hooks.cap + 1):
+            q = self.src.q(t, c)
+            x = _draw(q, greedy, self.rng)
+            q_rows.append(q)
+            tokens.append(x)
+            path *= float(q[x])
+            c = stream.next_context(c, x)
+            contexts.append(c)
+            if not hooks.continue_drafting(chain_step(depth, length, float(q[x]), path)):
+                break
+        self._chain = (contexts, q_rows, tokens)
+
+    def _draft_tree(self, hooks) -> None:
+        stream, t, plan = self.stream, self.round_index, self._plan.tree
+        q_table = self.src.q_table(t, stream.num_contexts)
+        length, tree, parent_best = self.plan_state().context_length, None, 1.0
+        for tree in grow_tree(q_table, stream.context(t), dataclasses.replace(plan, verify_size=None),
+                              self.rng, self.mode, stream.iid):
+            depth = tree.tree_depth
+            layer = tree.path_prob[tree.depth == depth]
+            if not hooks.continue_drafting(layer_draft_step(depth, length, layer, parent_best)):
+                break
+            parent_best = float(layer.max()) if layer.size else parent_best
+        nodes = TreeCandidates(tree.tree_depth, length, tree.path_prob[1:].copy())
+        self._tree = (q_table, prune_tree(tree, hooks.verify_size(nodes) or None))
+
+    def verify(self, hooks) -> RoundRecord:
+        t, stream = self.round_index, self.stream
+        if self._plan.tree is not None:
+            q_table, tree = self._tree
+            p_table = validate_table(stream.target_table(t), "p_target")
+            accepted, _ = verify_trees(p_table, q_table, [tree], self.mode, self.rng)
+            record = round_record(t, self.stream_index, tree.num_nodes, tree.tree_depth, tree.num_nodes + 1,
+                                  int(accepted[0]), self.cost_model, loss=self._loss)
+        else:
+            contexts, q_rows, tokens = self._chain
+            k = len(tokens)
+            p_rows = np.stack([stream.target_for(t, ctx) for ctx in contexts])
+            q_arg = np.stack(q_rows) if k else np.zeros((0, stream.vocab_size))
+            record = chain_round(p_rows, q_arg, k, self.rng, self.mode, self.cost_model, draft_tokens=tokens,
+                                 round_index=t, stream_index=self.stream_index, loss=self._loss)
+        self.round_index += 1
+        self.committed += record.tokens_per_round
+        return record
+
+    def learn(self, learner) -> None:
+        """``params <- learner.step(params, grad f_t(w_t), f_t(w_t))`` (ParametricDraft only)."""
+        if self._grads is None:
+            raise ValueError("a learner needs a ParametricDraft (with analytic gradients)")
+        self.src.params = learner.step(self.src.params, self._grads, self._loss)
 
 
 def run_chain(stream, draft_or_q, policy, rounds: int | None = None, rng=None, cost_model=None,
               mode: str = "sampling", params=None, learner=None, stream_index: int = 0,
               prompt_length: int = 0, writer=None, return_params: bool = False):
-    """Run ``rounds`` rounds of draft -> verify -> observe (-> learn) on a stream.
+    """Run ``rounds`` rounds of draft -> verify -> observe (-> learn) on a stream,
+    through the one round driver (`specloop.strategies.engine.drive_round` over a
+    `SimChainEngine`): chain plans draft token by token, tree plans level by level, and
+    the policy's ``continue_drafting`` / ``verify_size`` hooks are honoured.
 
     Args:
         stream: a `TargetStream` (targets p_t, contexts, chain correlation).
@@ -152,29 +236,12 @@ def run_chain(stream, draft_or_q, policy, rounds: int | None = None, rng=None, c
         raise ValueError(f"rounds must be in [1, {stream.rounds}] (the stream's length), got {rounds}")
     if learner is not None and not isinstance(draft_or_q, ParametricDraft):
         raise ValueError("a learner needs a ParametricDraft (with analytic gradients)")
-    gen = as_generator(rng)
-    src = _QSource(draft_or_q, stream, params)
+    engine = SimChainEngine(stream, draft_or_q, rng, cost_model, mode, params, stream_index, prompt_length)
     trace = Trace([], {"scenario": stream.scenario, "vocab_size": stream.vocab_size,
                        "num_contexts": stream.num_contexts, "mode": mode})
-    committed = 0
-    for t in range(rounds):
-        plan = policy.plan(PlanState(round_index=t, context_length=prompt_length + committed))
-        loss, grads = float("nan"), None
-        if src.kind == "parametric":
-            loss, grads = draft_or_q.loss_and_grad(src.params, stream.context(t), stream.target(t))
-        if plan.tree is not None:
-            record = _tree(stream, src, t, plan.tree, gen, mode, cost_model, stream_index, loss)
-        else:
-            record = _chain(stream, src, t, int(plan.num_draft_tokens), gen, mode, cost_model,
-                            stream_index, loss)
-        trace.append(record)
-        if writer is not None:
-            writer.append(record)
-        committed += record.tokens_per_round
-        policy.observe(record)
-        if learner is not None:
-            src.params = learner.step(src.params, grads, loss)
-    return (trace, src.params) if return_params else trace
+    on_record = trace.append if writer is None else (lambda r: (trace.append(r), writer.append(r)))
+    drive_rounds(policy, engine, rounds, learner, on_record)
+    return (trace, engine.params) if return_params else trace
 
 
 def autoregressive_trace(num_tokens: int, cost_model) -> Trace:

@@ -35,7 +35,6 @@ EAGLE-style head step over a reduced vocabulary is ~2 ms against ~33 ms).
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,7 +45,8 @@ from specloop.sim.drafts import NoisyDraft
 from specloop.sim.rounds import round_record
 from specloop.sim.streams import make_stream
 from specloop.sim.trees import build_tree
-from specloop.strategies.base import DraftPlan, DraftStep, PlanState, TreeCandidates, TreePlan
+from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates, TreePlan
+from specloop.strategies.engine import StepwiseRound, drive_round
 from specloop.strategies.ltd import LTDConfig
 from specloop.strategies.ltd_train import DepthEnv, SizeEnv
 
@@ -254,8 +254,10 @@ def _index(tree, max_depth: int) -> _Tree:
     return _Tree(tree, rank, children, layer_top, layer_max_q)
 
 
-class SimTreeEngine:
-    """One prompt at a time of simulated LTD cycles (the `LTDEngine` of the simulator).
+class SimTreeEngine(StepwiseRound):
+    """One prompt at a time of simulated LTD cycles (the `LTDEngine` of the simulator),
+    stepped by gymnasium (`DepthEnv` / `SizeEnv`) or run by `drive_round`
+    (`specloop.strategies.engine.StepwiseRound`).
 
     Args:
         world: a `TreeWorld` (shared between engines: tree cache).
@@ -286,6 +288,10 @@ class SimTreeEngine:
         self.context_length = int(self._world_rng.integers(lo, hi + 1))
         self.rounds_done = 0
         self.episode = int(episode)
+
+    def start_round(self, plan: DraftPlan) -> int:
+        """The depth cap of an EAGLE-2 ``plan`` (ValueError for any other plan)."""
+        return _plan_depth(plan, self.config)
 
     def begin_round(self) -> DraftStep:
         """Maybe switch regime, draw the root context, draft depth 1."""
@@ -387,38 +393,15 @@ def run_policy(policy, world: TreeWorld, episodes: int, seed: int = 0,
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
     engine, rng = SimTreeEngine(world), np.random.default_rng(seed)
+    engine.charge_policy_time = bool(charge_policy_time)
     records, depths, sizes, spent = [], [], [], 0.0
     for episode in range(episodes):
         engine.reset(rng, episode)
         while engine.rounds_done < engine.rounds_per_episode:
-            record, seconds = _policy_round(policy, engine, charge_policy_time)
+            record = drive_round(policy, engine)
             records.append(record)
             depths.append(record.tree_depth)
             sizes.append(record.num_draft_tokens)
-            spent += seconds
+            spent += engine.policy_seconds
     return PolicyRun(Trace(records, {"cost_source": world.cost_source}), np.asarray(depths), np.asarray(sizes),
                      spent)
-
-
-def _policy_round(policy, engine: SimTreeEngine, charge: bool) -> tuple[RoundRecord, float]:
-    plan = policy.plan(PlanState(engine.rounds_done, engine.context_length, None))
-    cap = _plan_depth(plan, engine.config)
-    step = engine.begin_round()
-    hook = getattr(policy, "continue_drafting", None)
-    seconds = 0.0
-    while step.depth < cap:
-        if hook is not None:
-            t0 = time.perf_counter()
-            go = hook(step)
-            seconds += time.perf_counter() - t0
-            if not go:
-                break
-        step = engine.deepen()
-    cands = engine.candidates()
-    sizer = getattr(policy, "verify_size", None)
-    t0 = time.perf_counter()
-    size = sizer(cands) if sizer is not None else (plan.tree.verify_size or cands.node_probs.size)
-    seconds += time.perf_counter() - t0
-    record = engine.finish(max(1, min(int(size), cands.node_probs.size)), seconds if charge else 0.0)
-    policy.observe(record)
-    return record, seconds

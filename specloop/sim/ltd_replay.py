@@ -26,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from specloop.record import RoundRecord, Trace
-from specloop.strategies.base import DraftStep, TreeCandidates
+from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates
+from specloop.strategies.engine import StepwiseRound, drive_round
 from specloop.strategies.ltd import LTDConfig, layer_step, select_subtree
 
 __all__ = ["ReplayData", "ReplayPrompt", "ReplayTreeEngine", "load_replay", "run_replay_policy",
@@ -148,8 +149,9 @@ def accepted_path(parents: np.ndarray, tokens: np.ndarray, target_next: np.ndarr
         accepted += 1
 
 
-class ReplayTreeEngine:
-    """`specloop.strategies.ltd_train.LTDEngine` over recorded real rounds.
+class ReplayTreeEngine(StepwiseRound):
+    """`specloop.strategies.ltd_train.LTDEngine` over recorded real rounds, stepped by
+    gymnasium or run by `drive_round` (`specloop.strategies.engine.StepwiseRound`).
 
     Args:
         data: `ReplayData`. config: `LTDConfig` (its max_depth is capped at the
@@ -197,6 +199,11 @@ class ReplayTreeEngine:
     def _step(self) -> DraftStep:
         _, parents, depths, probs, _ = self._tree
         return layer_step(depths, parents, probs, self.depth, self.context_length, self.config.top_k)
+
+    def start_round(self, plan: DraftPlan) -> int:
+        """The depth cap of an EAGLE-2 ``plan`` (ValueError for any other plan)."""
+        from specloop.sim.ltd_env import _plan_depth
+        return min(_plan_depth(plan, self.config), self.max_depth)
 
     def begin_round(self) -> DraftStep:
         if self.episode_done:
@@ -249,15 +256,13 @@ def run_replay_policy(policy, data: ReplayData, config: LTDConfig, prompts: list
     Returns:
         (trace, depth per round, V per round).
     """
-    from specloop.sim.ltd_env import _policy_round
-
     engine = ReplayTreeEngine(data, config, prompts)
+    engine.charge_policy_time = bool(charge_policy_time)
     records = []
     for episode in range(len(engine.prompt_ids)):
         engine.reset(np.random.default_rng(0), episode, prompt=episode)
         while not engine.episode_done:
-            record, _ = _policy_round(policy, engine, charge_policy_time)
-            records.append(record)
+            records.append(drive_round(policy, engine))
     trace = Trace(records, {"source": "replay"})
     return trace, trace.column("tree_depth"), trace.column("num_draft_tokens")
 

@@ -33,7 +33,7 @@ from specloop.sim.rounds import _BatchSummaries, _check_mode, round_record, vali
 from specloop.sim.streams import next_context
 from specloop.strategies.base import TreePlan
 
-__all__ = ["PROPOSALS", "DraftTree", "TreeBatch", "build_tree", "tree_round",
+__all__ = ["PROPOSALS", "DraftTree", "TreeBatch", "build_tree", "grow_tree", "prune_tree", "verify_trees", "tree_round",
            "simulate_tree_tables", "theory_tokens_tree"]
 
 PROPOSALS = {"iid": K.PROPOSAL_IID, "without-replacement": K.PROPOSAL_NO_REPLACE,
@@ -124,6 +124,21 @@ def build_tree(q_table, context: int, plan: TreePlan, rng: np.random.Generator,
             (pruning siblings by their tokens would break the proposals' law);
             a dynamic tree with a sampled proposal.
     """
+    tree = None
+    for tree in grow_tree(q_table, context, plan, rng, mode, iid, proposal):
+        pass
+    return _prune(tree, plan.verify_size)
+
+
+def grow_tree(q_table, context: int, plan: TreePlan, rng: np.random.Generator,
+              mode: str = "sampling", iid: bool = False, proposal: str | None = None):
+    """`build_tree` one depth at a time: yields the `DraftTree` drafted so far (unpruned)
+    after each level, so an engine can ask a policy's ``continue_drafting`` between
+    levels and stop; the randomness drawn for the levels yielded is that of `build_tree`.
+
+    Raises:
+        ValueError: as `build_tree`.
+    """
     proposal = proposal or default_proposal(plan, mode)
     if proposal not in PROPOSALS:
         raise ValueError(f"unknown proposal {proposal!r}; expected one of {sorted(PROPOSALS)}")
@@ -149,10 +164,25 @@ def build_tree(q_table, context: int, plan: TreePlan, rng: np.random.Generator,
             for x in _children(q, width, proposal, rng):
                 new_layer.append(b.add(node, x, next_context(c, int(x), num_contexts, iid), q[x]))
         layer = new_layer
-    tree = DraftTree(np.asarray(b.parent, np.int64), np.asarray(b.token, np.int64),
-                     np.asarray(b.ctx, np.int64), np.asarray(b.depth, np.int64),
-                     np.asarray(b.prob), proposal)
-    return _prune(tree, plan.verify_size)
+        yield DraftTree(np.asarray(b.parent, np.int64), np.asarray(b.token, np.int64),
+                        np.asarray(b.ctx, np.int64), np.asarray(b.depth, np.int64),
+                        np.asarray(b.prob), proposal)
+
+
+def prune_tree(tree: DraftTree, verify_size: int | None) -> DraftTree:
+    """The tree cut to its best ``verify_size`` nodes (see `_prune`); ValueError for a
+    sampled proposal, whose law pruning by tokens would break."""
+    if verify_size is not None and tree.num_nodes > verify_size and tree.proposal != "deterministic":
+        raise ValueError("verify_size pruning chooses nodes by their tokens; use proposal='deterministic' "
+                         "(lossless with point-mass proposals)")
+    return _prune(tree, verify_size)
+
+
+def verify_trees(p_table, q_table, trees: list[DraftTree], mode: str,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Verify drafted trees (greedy or recursive rejection sampling, the Numba kernel):
+    (accepted depth int64 (R,), committed tokens int64 (R, Dmax + 1), -1 padded)."""
+    return _verify(p_table, q_table, trees, _check_mode(mode), rng)
 
 
 def _prune(tree: DraftTree, verify_size: int | None) -> DraftTree:
