@@ -2,7 +2,8 @@
 stream, with dynamic regret against two comparators (OnlineSpec Algorithm 1,
 Eq. (2), Lemma 1, Theorem 1, Corollaries 1-3).
 
-Round t of `run_online` (the call order every engine uses, DESIGN.md)::
+Round t of `run_online` (`OnlineChainEngine` under `specloop.strategies.engine.drive_round`,
+the call order every engine uses, DESIGN.md)::
 
     plan = policy.plan(state)                    # k (FixedK by default)
     q_t = q_draft(w_t, c_t); f_t(w_t), grad f_t(w_t)    # cross-entropy vs p_t
@@ -11,8 +12,8 @@ Round t of `run_online` (the call order every engine uses, DESIGN.md)::
     policy.observe(record)
     w_{t+1} = learner.step(w_t, grad, f_t(w_t), oracle=f_t)    (OSD: rejected rounds buffered)
 
-Quantities (all in nats for losses, tokens for lengths, simulated seconds in units
-of one target forward A for times):
+Quantities (all in nats for losses, tokens for lengths; record times in seconds of
+the `LinearCost` with A = ``OnlineSetup.target_time``):
 
 * ``dynamic_regret`` (comparator (a), Corollaries 1-3): sum_t f_t(w_t) - f_t(w*_t),
   w*_t = argmin_{||w||_2 <= D} f_t(w), found by projected gradient descent with
@@ -38,10 +39,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from specloop.record import RoundRecord, Trace
+from specloop.sim.costs import LinearCost
 from specloop.sim.drafts import ParametricDraft
+from specloop.sim.rounds import round_record
 from specloop.sim.streams import make_stream
 from specloop.strategies import _arrays as A
 from specloop.strategies.base import DraftPolicy, PlanState
+from specloop.strategies.engine import chain_step, drive_round
 from specloop.strategies.ensemble import HedgeEnsemble, OptimisticEnsemble, geometric_learning_rates
 from specloop.strategies.ogd import OGD, OptimisticOGD
 from specloop.strategies.osd import OSDDistillation
@@ -76,6 +80,8 @@ class OnlineSetup:
         init_scale: std of the initial U, W (the draft's initial, "offline" state).
         num_draft_tokens: k of the default FixedK policy.
         cost_ratio: a / A (draft step over target forward).
+        target_time: A, seconds of one target forward that prices the records' times
+            (default DESIGN.md's SmolLM2-135M float32 one-token forward, 0.033 s).
         window: rounds per reporting window (None = T // 10).
         stream_options: extra `StreamOptions` fields (iid is forced to True).
     """
@@ -90,6 +96,7 @@ class OnlineSetup:
     init_scale: float = 0.3
     num_draft_tokens: int = 4
     cost_ratio: float = 0.05
+    target_time: float = 0.033
     window: int | None = None
     stream_options: dict = field(default_factory=dict)
 
@@ -106,6 +113,8 @@ class OnlineSetup:
             raise ValueError(f"cost_ratio must be >= 0, got {self.cost_ratio}")
         if self.window is not None and int(self.window) < 1:
             raise ValueError(f"window must be >= 1 round, got {self.window}")
+        if not (math.isfinite(self.target_time) and self.target_time > 0):
+            raise ValueError(f"target_time A must be a positive number of seconds, got {self.target_time}")
 
 
 # -- the problem: stream, draft, comparator ------------------------------------------
@@ -392,55 +401,106 @@ def _sample_accepted(acc: float, k: int, rng: np.random.Generator) -> int:
     return int(rejected[0]) if rejected.size else k
 
 
-def _record(t: int, k: int, accepted: int, acc: float, loss: float, cost_ratio: float) -> RoundRecord:
-    return RoundRecord(round_index=t, stream_index=0, num_draft_tokens=k, tree_depth=k,
-                       verified_tokens=k + 1, accepted_tokens=accepted,
-                       tokens_per_round=accepted + 1, draft_time=cost_ratio * k,
-                       verify_time=1.0, acceptance_probs=(acc,) * k, loss=loss,
-                       target_time=1.0)
+class OnlineChainEngine:
+    """The online simulator's round as a `specloop.strategies.engine.RoundEngine`.
+
+    Round t: f_t(w_t) and its gradient at the played parameters, Acc_t = sum_x
+    min(p_t, q_t); the chain is drafted position by position (the positions are i.i.d.
+    under Assumption 1, so no token is drawn: the DraftStep after position j reports the
+    draft's confidence max_x q_t(x) and its j-th power as the path probability), the
+    policy's ``continue_drafting`` may stop it; verification accepts the leading
+    uniforms < Acc_t. Times are seconds of ``cost_model`` (`LinearCost` with
+    A = ``target_time`` and a = cost_ratio x A). ``learn`` applies the learner (OSD-style
+    learners receive the round only when it had a rejection).
+
+    Raises (``start_round``): ValueError for a tree plan (the online simulator drafts
+    chains: Assumption 1 has no tree).
+    """
+
+    def __init__(self, problem: "OnlineProblem", rng: np.random.Generator, cost_model: LinearCost):
+        self.problem, self.rng, self.cost_model = problem, rng, cost_model
+        self.params = A.copy_list(problem.init_params)
+        self.round_index, self.committed = 0, 0
+
+    def plan_state(self) -> PlanState:
+        return PlanState(round_index=self.round_index, context_length=self.committed, remaining_tokens=None)
+
+    def start_round(self, plan) -> int:
+        if plan.tree is not None:
+            raise ValueError("the online simulator drafts chains (Assumption 1: i.i.d. positions); "
+                             f"got a tree plan {plan.tree}")
+        t, problem = self.round_index, self.problem
+        self.context, self.target = problem.stream.context(t), problem.stream.target(t)
+        self.loss, self.grads = problem.draft.loss_and_grad(self.params, self.context, self.target)
+        q = problem.draft.q_draft(self.params, self.context)
+        self.acc, self.confidence = float(acceptance_rate(self.target, q)), float(np.max(q))
+        return int(plan.num_draft_tokens)
+
+    def draft(self, hooks) -> None:
+        depth = 0
+        while depth < hooks.cap:
+            depth += 1
+            step = chain_step(depth, self.committed, self.confidence, self.confidence ** depth)
+            if not hooks.continue_drafting(step):
+                break
+        self.k = depth
+
+    def verify(self, hooks) -> RoundRecord:
+        k = self.k
+        self.accepted = _sample_accepted(self.acc, k, self.rng)
+        record = round_record(self.round_index, 0, k, k, k + 1, self.accepted, self.cost_model,
+                              acceptance_probs=(self.acc,) * k, loss=self.loss)
+        self.round_index += 1
+        self.committed += record.tokens_per_round
+        return record
+
+    def learn(self, learner) -> None:
+        self.params = _update(learner, self.params, self.grads, self.loss, self.problem.draft, self.context,
+                              self.target, rejected=self.accepted < self.k)
 
 
 def run_online(problem: OnlineProblem, learner_name: str, policy: DraftPolicy | None = None,
                learner: Any = None) -> OnlineResult:
-    """Run one learner on ``problem`` (see the module docstring for the round).
+    """Run one learner on ``problem`` through the one round driver
+    (`specloop.strategies.engine.drive_round` over an `OnlineChainEngine`).
 
     Args:
         problem: from `build_problem` (reusable: nothing in it is modified).
         learner_name: a name of `LEARNERS` (used to build the learner unless
             ``learner`` is given, and as the label of the result).
-        policy: draft-length policy (default FixedK(setup.num_draft_tokens)).
+        policy: draft-length policy (default FixedK(setup.num_draft_tokens)); its
+            ``continue_drafting`` hook is honoured; tree plans are refused.
         learner: an explicit learner object (``step(params, grads, loss, oracle=)``).
 
     Returns:
         `OnlineResult`; its ``trace`` holds one `RoundRecord` per round (times in
-        units of one target forward).
+        seconds of a target forward of ``setup.target_time`` seconds).
+
+    Raises:
+        ValueError: a tree plan.
     """
-    setup, stream, draft = problem.setup, problem.stream, problem.draft
+    setup = problem.setup
     if learner is None:
         learner = make_learner(learner_name, setup.rounds, setup.radius, problem.gradient_bound,
-                               draft.loss_and_grad, seed=setup.seed)
+                               problem.draft.loss_and_grad, seed=setup.seed)
     policy = policy or FixedK(setup.num_draft_tokens, seed=setup.seed)
     rng = np.random.default_rng(np.random.SeedSequence([setup.seed, 11]))
+    cost = LinearCost(draft_time=setup.cost_ratio * setup.target_time, target_time=setup.target_time)
+    engine = OnlineChainEngine(problem, rng, cost)
     T = setup.rounds
     out = {name: np.empty(T) for name in ("loss", "kl", "acc", "exp", "n", "k")}
-    w, prev_grad, hint_error = A.copy_list(problem.init_params), None, 0.0
+    prev_grad, hint_error = None, 0.0
     trace = Trace(meta={"learner": learner_name, **asdict(setup)})
     for t in range(T):
-        k = policy.plan(PlanState(round_index=t)).num_draft_tokens
-        c, p = stream.context(t), stream.target(t)
-        loss, grads = draft.loss_and_grad(w, c, p)
-        acc = float(acceptance_rate(p, draft.q_draft(w, c)))
-        accepted = _sample_accepted(acc, k, rng)
-        record = _record(t, k, accepted, acc, loss, setup.cost_ratio)
-        policy.observe(record)
+        record = drive_round(policy, engine, learner)
         trace.append(record)
+        grads, k = engine.grads, record.num_draft_tokens
         hint_error += (A.joint_norm(grads) ** 2 if prev_grad is None
                        else A.joint_sq_dist(prev_grad, grads))
         prev_grad = grads
-        out["loss"][t], out["kl"][t], out["acc"][t] = loss, loss - problem.entropies[t], acc
-        out["exp"][t] = float(expected_tokens_chain(acc, k))
-        out["n"][t], out["k"][t] = accepted + 1, k
-        w = _update(learner, w, grads, loss, draft, c, p, rejected=accepted < k)
+        out["loss"][t], out["kl"][t], out["acc"][t] = engine.loss, engine.loss - problem.entropies[t], engine.acc
+        out["exp"][t] = float(expected_tokens_chain(engine.acc, k))
+        out["n"][t], out["k"][t] = record.tokens_per_round, k
     return OnlineResult(learner_name, setup, out["loss"], problem.comparator_losses.copy(),
                         out["kl"], out["acc"], out["exp"], out["n"], out["k"], hint_error,
                         problem.path_length, problem.target_path_length,
