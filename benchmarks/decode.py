@@ -201,18 +201,21 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
     for name, run in methods.items():  # warm-up, dropped
         run(prompts[0][2], min(8, args.max_new_tokens))
     per_repeat = {name: [] for name in methods}
+    per_prompt = {name: [] for name in methods}     # [repeat][prompt] tokens/s: paired comparisons
     tau = {name: [] for name in methods}
     tokens = {name: 0 for name in methods}
     for repeat in range(args.repeats):
         order = list(methods) if repeat % 2 == 0 else list(reversed(methods))
         for name in order:
-            total_tokens, total_seconds, taus = 0, 0.0, []
+            total_tokens, total_seconds, taus, rates = 0, 0.0, [], []
             for _, _, ids in prompts:
                 new_ids, seconds, t = methods[name](ids, args.max_new_tokens)
                 total_tokens += len(new_ids)
                 total_seconds += seconds
                 taus.append(t)
+                rates.append(len(new_ids) / seconds)
             per_repeat[name].append(total_tokens / total_seconds)
+            per_prompt[name].append(rates)
             tau[name].append(statistics.fmean(taus))
             tokens[name] = total_tokens
             print(f"[{dtype}] repeat {repeat} {name}: {total_tokens / total_seconds:.2f} tok/s", file=sys.stderr)
@@ -221,6 +224,7 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
     for name in methods:
         out[name] = {"tokens_per_s": statistics.median(per_repeat[name]),
                      "tokens_per_s_all": per_repeat[name],
+                     "tokens_per_s_per_prompt": per_prompt[name],
                      "mean_accepted_length": statistics.median(tau[name]),
                      "new_tokens": tokens[name]}
         steps = getattr(methods[name], "draft_steps", 0)

@@ -273,9 +273,10 @@ def evaluate_rows_paired(run, policies: dict, prompts: list, repeats: int = 1) -
     for each pass and prompt the policies run back to back (order reversed on
     alternate prompts), ``run(policy, [prompt])``. Greedy output does not depend on
     the policy, so per (pass, prompt) the time ratio first policy / policy is a
-    speed ratio; rows add ``paired_speedup`` (mean of those ratios) and
-    ``paired_speedup_se`` (its standard error), and ``speedup_vs_best_static`` is
-    pooled tokens/s against the first policy's."""
+    speed ratio; rows add ``paired_speedup`` (mean of those ratios),
+    ``paired_speedup_se`` (its standard error) and ``pair_seconds`` (seconds per
+    (pass, prompt), pass-major: any two rows pair element-wise), and
+    ``speedup_vs_best_static`` is pooled tokens/s against the first policy's."""
     from specloop.record import Trace
 
     if int(repeats) < 1 or not prompts:
@@ -305,7 +306,7 @@ def evaluate_rows_paired(run, policies: dict, prompts: list, repeats: int = 1) -
                      "paired_speedup_se": float(ratios.std(ddof=1) / np.sqrt(ratios.size)) if ratios.size > 1 else
                      float("nan"),
                      "mean_depth": float(np.mean(depths)), "mean_verify_size": float(np.mean(sizes)),
-                     "rounds": len(trace)})
+                     "rounds": len(trace), "pair_seconds": [float(x) for x in seconds]})
         decisions[label] = (np.asarray(depths), np.asarray(sizes), trace.column("tokens_per_round"))
     return rows, decisions
 
@@ -342,9 +343,19 @@ def evaluate_rows(run, policies: dict, best_static_tps: float | None, repeats: i
         rows.append({"config": label, "mean_accepted_length": trace.mean_accepted_length(),
                      "tokens_per_s": tps, "speedup_vs_best_static": tps / best_static_tps,
                      "mean_depth": float(np.mean(depths)), "mean_verify_size": float(np.mean(sizes)),
-                     "rounds": len(trace)})
+                     "rounds": len(trace), "tokens_per_s_per_episode": _per_episode_tokens_per_s(records)})
         decisions[label] = (np.asarray(depths), np.asarray(sizes), trace.column("tokens_per_round"))
     return rows, decisions
+
+
+def _per_episode_tokens_per_s(records) -> list[float]:
+    """Tokens/s of each episode (records grouped by ``stream_index``, passes pooled), in
+    episode order: the same seeded episodes for every policy, so rows pair by episode."""
+    totals: dict = {}
+    for r in records:
+        tokens, seconds = totals.get(int(r.stream_index), (0, 0.0))
+        totals[int(r.stream_index)] = (tokens + r.tokens_per_round, seconds + r.round_time)
+    return [t / s if s > 0 else float("nan") for _, (t, s) in sorted(totals.items())]
 
 
 def add_extra_policies(args, policies: dict) -> dict:

@@ -20,7 +20,7 @@ import numpy as np
 from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, new_figure, require,
                                     run_cli, save_figure, sizes, write_csv, write_json)
 
-__all__ = ["main", "SIZES", "LTD_TARGET_GAIN", "cotraining_claim", "target_gain_claim"]
+__all__ = ["main", "SIZES", "LTD_TARGET_GAIN", "cotraining_claim", "target_gain_claim", "paired_speed_ratio"]
 
 NAME = "ltd"
 LTD_TARGET_GAIN = 1.05  # issue 8 / LTD: >= +5 % tokens/s over the best static tree
@@ -109,37 +109,66 @@ def _decisions(out: Path) -> list[dict]:
 
 def _claims(result: dict) -> list[dict]:
     rows = {r["config"]: r for r in result["rows"]}
+    static = next((r for r in result["rows"] if r["config"].startswith("static")), None)
     ltd = rows.get("LTD (co-trained)")
     claims = []
     if ltd is not None:
+        best = result["best_static"]
         claims.append(target_gain_claim(
-            "sim", "simulator, measured costs", ltd["speedup_vs_best_static"],
-            f"{ltd['speedup_vs_best_static']:.3f}x best static "
-            f"(D={result['best_static']['depth']}, V={result['best_static']['verify_size']})"))
+            "sim", "simulator, measured costs", paired_speed_ratio(ltd, static, "LTD / best static"),
+            f"pooled {ltd['speedup_vs_best_static']:.3f}x best static (D={best['depth']}, V={best['verify_size']})"))
         ind = rows.get("independent (not co-trained)")
         if ind is not None:
-            claims.append(cotraining_claim("sim", ltd["tokens_per_s"], ind["tokens_per_s"]))
+            claims.append(cotraining_claim(
+                "sim", paired_speed_ratio(ltd, ind, "co-trained / independent"),
+                f"pooled co-trained {ltd['tokens_per_s']:.2f} vs independent {ind['tokens_per_s']:.2f} tokens/s"))
     return claims
 
 
-def target_gain_claim(env: str, where: str, gain: float, evidence: str) -> dict:
-    """Verdict ``ltd_beats_best_static_<env>``: LTD's tokens/s over the grid-best
-    static tree's is at least `LTD_TARGET_GAIN` (issue 8's target)."""
-    return {"claim": f"ltd_beats_best_static_{env}",
-            "statement": f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s of the best "
-                         f"grid-searched static tree ({where})",
-            "holds": bool(gain >= LTD_TARGET_GAIN), "evidence": evidence}
+def paired_speed_ratio(row: dict, reference: dict | None, what: str):
+    """Paired speed ratio ``row`` / ``reference`` of two `specloop ltd eval` rows, as
+    a `specloop.report.verdicts.Estimate`: per (pass, prompt) time ratios from
+    ``pair_seconds`` (``--paired``), else per-episode tokens/s ratios from
+    ``tokens_per_s_per_episode`` (the same seeded episodes / prompts for every
+    policy); None when the rows carry neither (an eval written before issue 18)."""
+    from specloop.report.verdicts import ratio_estimate
+    if reference is None:
+        return None
+    if row.get("pair_seconds") and reference.get("pair_seconds"):
+        ratios = [b / a for a, b in zip(row["pair_seconds"], reference["pair_seconds"])]
+        unit = "(pass, prompt) time ratio"
+    elif row.get("tokens_per_s_per_episode") and reference.get("tokens_per_s_per_episode"):
+        ratios = [a / b for a, b in zip(row["tokens_per_s_per_episode"], reference["tokens_per_s_per_episode"])]
+        unit = "episode tokens/s ratio"
+    else:
+        return None
+    return ratio_estimate(ratios, f"paired per-{unit} {what} (geometric mean, t interval on log ratios)")
 
 
-def cotraining_claim(env: str, ltd_tokens_per_s: float, independent_tokens_per_s: float) -> dict:
-    """Verdict ``ltd_cotraining_helps_<env>``: the co-trained pair's tokens/s is at
-    least the independently trained pair's (``env``: "sim" or "real")."""
+_NO_PAIRS = "undecided: the eval rows carry no per-prompt or per-episode times to pair"
+
+
+def target_gain_claim(env: str, where: str, estimate, evidence: str) -> dict:
+    """Verdict ``ltd_beats_best_static_<env>``: the paired speed ratio of LTD over the
+    grid-best static tree (``estimate``, a `verdicts.Estimate` or None) lies above
+    `LTD_TARGET_GAIN` (issue 8's target)."""
+    from specloop.report.verdicts import measured_claim
+    return measured_claim(
+        f"ltd_beats_best_static_{env}",
+        f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s of the best "
+        f"grid-searched static tree ({where})", estimate, null=1.0, claimed_size=LTD_TARGET_GAIN,
+        evidence=evidence, why_missing=f"{_NO_PAIRS}; {evidence}")
+
+
+def cotraining_claim(env: str, estimate, evidence: str) -> dict:
+    """Verdict ``ltd_cotraining_helps_<env>``: the paired speed ratio co-trained /
+    independently trained pair (``estimate``) lies above 1 (``env``: "sim" or "real")."""
+    from specloop.report.verdicts import measured_claim
     where = {"sim": "simulated", "real": "real decoder"}.get(env, env)
-    return {"claim": f"ltd_cotraining_helps_{env}",
-            "statement": f"LTD: alternating co-training beats the independently trained pair ({where})",
-            "holds": bool(ltd_tokens_per_s >= independent_tokens_per_s),
-            "evidence": f"co-trained {ltd_tokens_per_s:.2f} vs independent {independent_tokens_per_s:.2f} "
-                        f"tokens/s ({where})"}
+    return measured_claim(
+        f"ltd_cotraining_helps_{env}",
+        f"LTD: alternating co-training beats the independently trained pair ({where})", estimate,
+        null=1.0, evidence=f"{evidence} ({where})", why_missing=f"{_NO_PAIRS}; {evidence} ({where})")
 
 
 def _discrete_bars(ax, values: dict[str, list[int]]) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 
 from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, fmt, new_figure, require,
                                     run_cli, save_figure, sizes, write_csv, write_json)
-from specloop.figures.ltd import LTD_TARGET_GAIN, cotraining_claim, target_gain_claim
+from specloop.figures.ltd import LTD_TARGET_GAIN, cotraining_claim, paired_speed_ratio, target_gain_claim
 
 __all__ = ["main", "SIZES", "POLICY", "SIM_POLICY", "FINE_TUNED", "REWARD_ABLATION"]
 
@@ -122,30 +122,40 @@ def _table(replay: dict, real: dict) -> list[dict]:
     return table
 
 
-def _claims(table: list[dict]) -> list[dict]:
+def _claims(table: list[dict], real: dict | None = None) -> list[dict]:
+    """Verdicts from the paired real-decoder rows of ``real`` (``ltd eval --paired``:
+    per (pass, prompt) time ratios, `ltd.paired_speed_ratio`); ``table`` gives the
+    pooled and replay numbers quoted as evidence."""
+    from specloop.report.verdicts import measured_claim
     rows = {r["policy"]: r for r in table}
+    raw = {_short(r["config"]): r for r in (real or {}).get("rows", [])}
+    static = next((r for name, r in raw.items() if name.endswith("(best static)")), None)
     claims = []
     ltd = rows.get("LTD (co-trained)")
     if ltd is not None:
         claims.append(target_gain_claim(
-            "real", "real decoder, pooled tokens/s", ltd["real_speedup_vs_best_static"],
-            f"{ltd['real_speedup_vs_best_static']:.3f}x pooled tokens/s; paired "
-            f"{fmt(ltd['real_paired_speedup'])} +- {fmt(ltd['real_paired_speedup_se'])} (s.e.); "
-            f"replay {fmt(ltd['replay_speedup_vs_best_static'])}x"))
+            "real", "real decoder, wall clock", paired_speed_ratio(raw.get(ltd["policy"], {}), static,
+                                                                   "LTD / best static"),
+            f"pooled {ltd['real_speedup_vs_best_static']:.3f}x tokens/s; replay "
+            f"{fmt(ltd['replay_speedup_vs_best_static'])}x"))
         ind = rows.get("independent pair")
         if ind is not None:
-            claims.append(cotraining_claim("real", ltd["real_tokens_per_s"], ind["real_tokens_per_s"]))
+            claims.append(cotraining_claim(
+                "real", paired_speed_ratio(raw.get(ltd["policy"], {}), raw.get(ind["policy"]),
+                                           "co-trained / independent"),
+                f"pooled co-trained {ltd['real_tokens_per_s']:.2f} vs independent "
+                f"{ind['real_tokens_per_s']:.2f} tokens/s"))
     sim, tuned = rows.get(SHORT[SIM_POLICY]), rows.get(SHORT[FINE_TUNED])
     if sim is not None and tuned is not None:
-        claims.append({
-            "claim": "ltd_fine_tuning_helps_transfer",
-            "statement": "LTD transfer: the sim-trained policy fine-tuned on real rounds beats it unchanged "
-                         "on the real decoder",
-            "holds": bool(tuned["real_tokens_per_s"] >= sim["real_tokens_per_s"]),
-            "evidence": f"fine-tuned {tuned['real_speedup_vs_best_static']:.3f}x vs sim-only "
-                        f"{sim['real_speedup_vs_best_static']:.3f}x best static (real); replay "
-                        f"{fmt(tuned['replay_speedup_vs_best_static'])}x vs "
-                        f"{fmt(sim['replay_speedup_vs_best_static'])}x"})
+        evidence = (f"pooled fine-tuned {tuned['real_speedup_vs_best_static']:.3f}x vs sim-only "
+                    f"{sim['real_speedup_vs_best_static']:.3f}x best static (real); replay "
+                    f"{fmt(tuned['replay_speedup_vs_best_static'])}x vs {fmt(sim['replay_speedup_vs_best_static'])}x")
+        claims.append(measured_claim(
+            "ltd_fine_tuning_helps_transfer",
+            "LTD transfer: the sim-trained policy fine-tuned on real rounds beats it unchanged on the real decoder",
+            paired_speed_ratio(raw.get(tuned["policy"], {}), raw.get(sim["policy"]), "fine-tuned / sim-only"),
+            null=1.0, evidence=evidence,
+            why_missing=f"undecided: the real eval rows carry no per-prompt times to pair; {evidence}"))
     return claims
 
 
@@ -234,7 +244,7 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     best = real["best_static"]
     return FigureResult(
         name=NAME, title="LTD on the real decoder: paired speedups, replay, transfer",
-        data_paths=data, image_paths=images, claims=_claims(table), table=table,
+        data_paths=data, image_paths=images, claims=_claims(table, real), table=table,
         numbers={"best_static_depth": best["depth"], "best_static_verify_size": best["verify_size"],
                  "real_prompts": cfg["real_prompts"], "repeats": cfg["repeats"],
                  "replay_prompts": replay.get("prompts"),

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["per_prompt_counts", "paired_gain", "domain_accepted_length"]
+__all__ = ["per_prompt_counts", "paired_gain", "domain_accepted_length", "log_ratio_t_interval"]
 
 
 def per_prompt_counts(records: Iterable) -> list[dict]:
@@ -52,6 +52,26 @@ def domain_accepted_length(prompts: Sequence[dict], domains: Sequence[str]) -> d
         row[0] += p["rounds"]
         row[1] += p["tokens"]
     return {d: t / n for d, (n, t) in totals.items() if n}
+
+
+def log_ratio_t_interval(log_ratio: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Mean of paired log ratios and the half-width of its two-sided Student-t
+    interval (NaN for fewer than 2 values); ``exp(mean -+ half)`` bounds the
+    geometric-mean ratio.
+
+    Raises:
+        ValueError: confidence outside (0, 1), or no values.
+    """
+    from scipy import stats
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    values = np.asarray(log_ratio, dtype=float)
+    if values.size == 0:
+        raise ValueError("no log ratios")
+    n = values.size
+    if n < 2:
+        return float(values.mean()), math.nan
+    return float(values.mean()), float(stats.t.ppf(0.5 + confidence / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
 
 
 def paired_gain(frozen: Sequence[dict], online: Sequence[dict], confidence: float = 0.95) -> dict:
@@ -93,7 +113,7 @@ def paired_gain(frozen: Sequence[dict], online: Sequence[dict], confidence: floa
     out["pooled_gain"] = float(sum(b[i]["tokens"] for i in shared) / sum(b[i]["rounds"] for i in shared)
                                / (sum(a[i]["tokens"] for i in shared) / sum(a[i]["rounds"] for i in shared)) - 1)
     if n >= 2:
-        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * log_ratio.std(ddof=1) / math.sqrt(n)
+        half = log_ratio_t_interval(log_ratio, confidence)[1]
         out["gain_ci"] = [float(np.expm1(log_ratio.mean() - half)), float(np.expm1(log_ratio.mean() + half))]
         diff = tau_o - tau_f
         out["wilcoxon_p"] = 1.0 if not np.any(diff) else float(stats.wilcoxon(diff).pvalue)

@@ -9,8 +9,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from specloop.figures._base import fmt
 from specloop.report.parts import PartResult
+from specloop.report.verdicts import DOES_NOT_HOLD, HOLDS, UNDECIDED, verdict_of
 
-__all__ = ["write_report", "markdown_table", "collect_claims"]
+__all__ = ["write_report", "markdown_table", "collect_claims", "summary_line", "VERDICT_COLUMNS"]
 
 _THEORY_COLUMNS = ("claim", "holds", "cases", "violations", "worst_ratio", "counterexample")
 
@@ -42,7 +43,9 @@ def _cell(value: Any) -> str:
 def collect_claims(results: Iterable[PartResult]) -> list[dict]:
     """Every verdict the parts computed: the theory check's claims and each
     figure's ``claims``; each row has ``source``, ``claim``, ``statement``,
-    ``verdict`` (holds / does not hold / undecided) and ``evidence``."""
+    ``verdict`` (holds / **does not hold** / undecided), ``effect``, ``interval``,
+    ``n`` and ``statistic`` (for a measured comparison, `specloop.report.verdicts`;
+    "exact" / "—" otherwise) and ``evidence``."""
     rows = []
     for res in results:
         if res.status != "ok":
@@ -50,26 +53,58 @@ def collect_claims(results: Iterable[PartResult]) -> list[dict]:
         for claim in res.data.get("claims", []):
             rows.append({"source": f"{res.name} (specloop theory check)",
                          "claim": claim.get("claim"), "statement": claim.get("statement", ""),
-                         "verdict": _verdict(claim.get("holds")),
+                         "verdict": _verdict(claim), **_statistics(claim, exact=True),
                          "evidence": _theory_evidence(claim)})
         for claim in (res.figure or {}).get("claims", []):
             rows.append({"source": res.name, "claim": claim.get("claim"),
                          "statement": claim.get("statement", ""),
-                         "verdict": _verdict(claim.get("holds")),
+                         "verdict": _verdict(claim), **_statistics(claim),
                          "evidence": claim.get("evidence", "")})
     return rows
 
 
-def _verdict(holds: Any) -> str:
-    if holds is None:
-        return "undecided"
-    return "holds" if bool(holds) else "**does not hold**"
+def _verdict(claim: Mapping[str, Any]) -> str:
+    verdict = verdict_of(claim)
+    return f"**{verdict}**" if verdict == DOES_NOT_HOLD else verdict
+
+
+def _statistics(claim: Mapping[str, Any], exact: bool = False) -> dict:
+    """The effect, interval, n and statistic cells of one claim."""
+    if not claim.get("measured"):
+        return {"effect": None, "interval": "—", "n": None,
+                "statistic": "exact (counterexample search)" if exact else "check on the computed numbers"}
+    lo, hi = claim.get("interval") or (None, None)
+    interval = f"[{fmt(lo)}, {fmt(hi)}]" if lo is not None and hi is not None else "none (n < 2)"
+    side = ">" if claim.get("direction", "greater") == "greater" else "<"
+    return {"effect": claim.get("effect"), "interval": interval, "n": claim.get("n"),
+            "statistic": f"{claim.get('statistic', '')}; claim: effect {side} {fmt(claim.get('threshold'))}"}
 
 
 def _theory_evidence(claim: Mapping[str, Any]) -> str:
     parts = [f"{k}={fmt(claim.get(k))}" for k in ("cases", "violations", "worst_ratio")
              if k in claim]
     return ", ".join(parts)
+
+
+VERDICT_COLUMNS = ("claim", "source", "statement", "verdict", "effect", "interval", "n", "statistic",
+                   "evidence")
+_VERDICT_RULE = [
+    "A verdict on a measured comparison gives the effect, its 95 % interval and the sample size n: "
+    "it *holds* only when the whole interval lies on the claimed side of the claimed size (or of "
+    "no effect: 1 for a ratio, 0 for a difference), *does not hold* when the whole interval lies on "
+    "the other side, and is *undecided* otherwise (`specloop.report.verdicts`). Exact verdicts "
+    "(counterexample searches, closed forms, bound checks on computed numbers) have no interval.", ""]
+
+
+def summary_line(claims: Sequence[Mapping[str, Any]]) -> str:
+    """"H hold, D do not hold, U undecided." over `collect_claims` rows (measured
+    ones counted separately in brackets)."""
+    def count(rows, verdict):
+        return sum(r["verdict"].strip("*") == verdict for r in rows)
+    measured = [c for c in claims if c.get("n") is not None]
+    return (f"{count(claims, HOLDS)} hold, {count(claims, DOES_NOT_HOLD)} do not hold, "
+            f"{count(claims, UNDECIDED)} undecided (measured comparisons: {count(measured, HOLDS)} / "
+            f"{count(measured, DOES_NOT_HOLD)} / {count(measured, UNDECIDED)} of {len(measured)}).")
 
 
 def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], machine: Mapping,
@@ -86,12 +121,10 @@ def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], mach
     claims = collect_claims(results)
     lines += ["## Verdicts on the papers' stated results", "",
               "Each verdict is computed from this run's numbers (never from the papers' text).", ""]
+    lines += _VERDICT_RULE
     if claims:
-        counts = {v: sum(c["verdict"] == v for c in claims)
-                  for v in ("holds", "**does not hold**", "undecided")}
-        lines += [f"{counts['holds']} hold, {counts['**does not hold**']} do not hold, "
-                  f"{counts['undecided']} undecided.", ""]
-    lines += [markdown_table(claims, ["claim", "source", "statement", "verdict", "evidence"])
+        lines += [summary_line(claims), ""]
+    lines += [markdown_table(claims, VERDICT_COLUMNS)
               if claims else "No verdicts: no part that computes one finished.", ""]
     for res in results:
         lines += _part_section(res, out)

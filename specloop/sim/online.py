@@ -628,7 +628,14 @@ def _sweep_row(scenario: str, learner: str, runs: list[dict], rounds_list) -> di
         "corollary": COROLLARY_OF[learner], "max_T": ts[-1],
         "rounds_list": ts, "regret_by_T": mean["dynamic_regret"],
         "seeds": len({r["seed"] for r in runs}),
+        # per seed at the largest T, in seed order: learners pair by seed (same problem)
+        "regret_at_max_T_by_seed": _by_seed(runs, "dynamic_regret", ts[-1]),
+        "speedup_by_seed": _by_seed(runs, "speedup", ts[-1]),
     }
+
+
+def _by_seed(runs: list[dict], key: str, rounds: int) -> list[float]:
+    return [float(r[key]) for r in sorted((r for r in runs if r["rounds"] == rounds), key=lambda r: r["seed"])]
 
 
 def regret_sweep(config: SweepConfig) -> list[dict]:

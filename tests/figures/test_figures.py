@@ -92,12 +92,21 @@ def test_regret_claims_follow_the_rows():
          "predicted_exponent": 0.5, "regret_at_max_T": 10.0, "speedup": 2.2,
          "speedup_lower_bound": 1.2},
     ]
+    seeds = {"fixed": ([50, 52, 48], [1.5, 1.4, 1.6]), "ogd": ([20, 22, 18], [2.0, 1.9, 2.1]),
+             "ensemble": ([10, 11, 9], [2.2, 2.1, 2.3])}
+    for row in rows:
+        row["regret_at_max_T_by_seed"], row["speedup_by_seed"] = seeds[row["learner"]]
     verdict = {c["claim"]: c["holds"] for c in _claims(rows)}
     assert verdict["corollary1_regret_exponent"] is False      # 0.7 > 0.5 + tol
     assert verdict["corollary3_regret_exponent"] is True
     assert verdict["theorem1_lower_bound_online"] is False     # ogd: 2.0 < 2.5
-    assert verdict["feedback_beats_fixed_draft"] is True
-    assert verdict["ensemble_vs_ogd_nonstationary"] is True
+    assert verdict["feedback_beats_fixed_draft"] is True       # +0.5 / +0.7 on every seed
+    assert verdict["ensemble_vs_ogd_nonstationary"] is True    # -10 +- 1 per seed
+    rows[2]["speedup_by_seed"] = [1.4, 1.7, 1.6]               # ensemble - fixed: -0.1, +0.3, 0.0
+    assert {c["claim"]: c["holds"] for c in _claims(rows)}["feedback_beats_fixed_draft"] is None
+    for row in rows:                                           # one seed: no interval
+        row["regret_at_max_T_by_seed"], row["speedup_by_seed"] = seeds[row["learner"]][0][:1], [1.0]
+    assert {c["claim"]: c["holds"] for c in _claims(rows)}["ensemble_vs_ogd_nonstationary"] is None
 
 
 def test_speedup_table_claims_and_plot(tmp_path):
@@ -106,13 +115,19 @@ def test_speedup_table_claims_and_plot(tmp_path):
     from specloop.figures.speedup_table import TARGET_VS_PROMPT_LOOKUP, _claims, _plot
     rows = [{"method": m, "dtype": "float32", "prompts": 2, "tokens_per_s": tps,
              "speedup": tps / 20.0, "speedup_vs_prompt_lookup": tps / 25.0,
-             "identical_to_greedy": same}
+             "identical_to_greedy": same, "tokens_per_s_per_prompt": [[tps * 0.98, tps * 1.02]] * 2}
             for m, tps, same in (("hf_greedy", 20.0, True), ("hf_prompt_lookup", 25.0, True),
                                  ("specloop_chain_ngram_k8", 30.0, True),
                                  ("specloop_tree_ngram", 25.0 * TARGET_VS_PROMPT_LOOKUP - 1, False))]
     verdict = {c["claim"]: c["holds"] for c in _claims(rows)}
-    assert verdict["tree_ngram_vs_hf_prompt_lookup_float32"] is False
+    assert verdict["tree_ngram_vs_hf_prompt_lookup_float32"] is False    # 1.26x on all 4 pairs
     assert verdict["lossless_greedy_float32"] is False
+    rows[-1]["tokens_per_s_per_prompt"] = [[25.0 * 1.5, 25.0 * 1.1], [25.0 * 1.45, 25.0 * 1.15]]
+    assert {c["claim"]: c["holds"] for c in _claims(rows)}["tree_ngram_vs_hf_prompt_lookup_float32"] is None
+    for row in rows:                                           # a measurement without per-prompt times
+        row.pop("tokens_per_s_per_prompt")
+    claim = _claims(rows)[0]
+    assert claim["holds"] is None and claim["n"] == 0 and "per-prompt" in claim["evidence"]
     paths = _plot(rows, tmp_path)
     assert all(p.exists() for p in paths)
 
@@ -186,14 +201,22 @@ def test_stream_json_rows_claims_and_plot(tmp_path):
     """Rows from `specloop stream --json` (issue 7's interface), the online-vs-frozen
     verdicts and the plot."""
     from specloop.figures.online_stream import ONLINE_TARGET_GAIN, _claims, _plot, _rows_from_stream_json
+    from specloop.realmodels.stream_compare import paired_gain
+    frozen = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((20, 18, 22, 21))]
+    online = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((23, 21, 25, 24))]
     data = {"methods": {
         "EAGLE": {"mean_accepted_length": 2.0, "per_chunk": [2.0, 1.8, 2.2]},
-        "Ens-EAGLE": {"mean_accepted_length": 2.3, "per_chunk": [2.1, 2.3, 2.5]}}}
+        "Ens-EAGLE": {"mean_accepted_length": 2.3, "per_chunk": [2.1, 2.3, 2.5],
+                      "vs_frozen": {"frozen": "EAGLE", **paired_gain(frozen, online)}}}}
     rows = _rows_from_stream_json(data)
     assert {(r["method"], r["online"]) for r in rows} == {("EAGLE", False), ("Ens-EAGLE", True)}
-    verdict = {c["claim"]: c["holds"] for c in _claims(rows)}
-    assert verdict["online_beats_frozen_stream"] is True
-    assert verdict["online_tau_gain_20pct"] is (2.3 / 2.0 >= ONLINE_TARGET_GAIN)
+    claims = {c["claim"]: c for c in _claims(rows, data)}
+    assert claims["online_beats_frozen_stream"]["holds"] is True        # +12..17 % on every prompt
+    assert claims["online_tau_gain_20pct"]["holds"] is False           # interval below 1.2
+    assert claims["online_beats_frozen_stream"]["n"] == 4
+    lo, hi = claims["online_beats_frozen_stream"]["interval"]
+    assert 1.0 < lo < claims["online_beats_frozen_stream"]["effect"] < hi < ONLINE_TARGET_GAIN
+    assert _claims(rows)[0]["holds"] is None                # no paired comparison: undecided
     assert all(p.exists() for p in _plot(rows, tmp_path))
     frozen_only = [r for r in rows if not r["online"]]
     assert _claims(frozen_only)[0]["holds"] is None        # undecided, never invented
@@ -206,8 +229,9 @@ def _ltd_rows(env: str, gains: dict) -> list[dict]:
     for label, gain in gains.items():
         row = {"config": label, "mean_accepted_length": 2.0, "tokens_per_s": 30.0 * gain,
                "speedup_vs_best_static": gain, "mean_depth": 2.0, "mean_verify_size": 8.0}
-        if env == "real":
-            row.update(paired_speedup=gain + 0.01, paired_speedup_se=0.02)
+        if env == "real":      # seconds per (pass, prompt): 4 pairs, +-1 % noise around 1 / gain
+            row.update(paired_speedup=gain + 0.01, paired_speedup_se=0.02,
+                       pair_seconds=[s / gain for s in (1.0, 1.01, 0.99, 1.0)])
         rows.append(row)
     return rows
 
@@ -225,9 +249,10 @@ def test_ltd_real_table_claims_and_plot(tmp_path):
     table = _table(replay, real)
     assert [r["policy"] for r in table][0] == "static D=3 V=12 (best static)"
     assert all(r["replay_speedup_vs_best_static"] is not None for r in table)
-    verdict = {c["claim"]: c["holds"] for c in _claims(table)}
+    verdict = {c["claim"]: c["holds"] for c in _claims(table, real)}
     assert verdict == {"ltd_beats_best_static_real": True, "ltd_cotraining_helps_real": False,
                        "ltd_fine_tuning_helps_transfer": False}
+    assert all(c["holds"] is None and c["n"] == 0 for c in _claims(table))     # nothing to pair
     paths = _plot(table, 1.3, tmp_path)
     assert sorted(p.suffix for p in paths) == [".png", ".svg"] and all(p.stat().st_size for p in paths)
 
