@@ -8,6 +8,9 @@ Tree: the same walk from the pending token downwards; at each node its children
 are tried in order with recursive rejection sampling (SpecInfer, Miao et al. 2024,
 Alg. 2 "multi-step speculative sampling"): after a rejected child with row q,
 p <- norm(max(0, p - q)) and the next child is tried against the updated p.
+Each child is verified with its own row, so siblings drawn i.i.d. (all rows q) and
+siblings drawn without replacement (row i = q without siblings 1..i-1, renormalised:
+Jeon et al. 2024's RRSw, `drafters.small_lm.sample_siblings`) are both lossless.
 Deterministic drafts (``q_draft=None``) use a one-hot q. A token with p(x) = 0 is
 never accepted (its acceptance probability is exactly 0). Greedy decoding is the
 special case of one-hot p: every acceptance probability is 0 or 1, so no uniform

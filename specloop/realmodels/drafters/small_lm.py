@@ -8,7 +8,11 @@ Two modes, chosen by `make_small_lm_drafter`:
   token from q_draft = processed draft distribution; trees are expanded depth by
   depth with one draft forward per depth under a tree attention mask
   (static ``branching`` per depth, or EAGLE-2's dynamic ``top_k`` over cumulative
-  draft probability, then the best ``verify_size`` nodes).
+  draft probability). Sampled siblings are drawn without replacement and each
+  reports the renormalised row it was drawn from (`sample_siblings`: recursive
+  rejection sampling without replacement, lossless); greedy siblings are the
+  top-b. The ``verify_size`` budget keeps the best nodes by cumulative probability
+  when greedy, the first ones in drafting order when sampling (lossless).
 * `RetokenizingDrafter` -- different tokenizers, like transformers' universal
   assisted decoding: the committed target text is re-encoded with the draft
   tokenizer, the draft continues it in its own token space, and the drafted text
@@ -25,7 +29,7 @@ from specloop.realmodels.kvcache import cache_length, causal_forward, crop, keep
 from specloop.realmodels.sampling import SamplingConfig, check_finite, processed_probs, sample_from
 from specloop.realmodels.tree import additive_mask
 
-__all__ = ["SmallLMDrafter", "RetokenizingDrafter", "make_small_lm_drafter", "same_token_ids"]
+__all__ = ["SmallLMDrafter", "RetokenizingDrafter", "make_small_lm_drafter", "same_token_ids", "sample_siblings"]
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -83,6 +87,52 @@ def _draw(probs: torch.Tensor, sampling: SamplingConfig, generator: torch.Genera
     return int(probs.argmax()) if sampling.greedy else sample_from(probs, generator)
 
 
+def sample_siblings(q_draft: torch.Tensor, width: int,
+                    generator: torch.Generator) -> list[tuple[int, torch.Tensor]]:
+    """Draw up to ``width`` distinct sibling tokens from ``q_draft`` without replacement.
+
+    Sibling i is drawn from q_i = q_draft with siblings 1 .. i-1 removed and
+    renormalised, and q_i is reported as that node's q_draft row. `verify_tree`
+    tries siblings in this order against p_1 = p_target, p_{i+1} =
+    norm(max(0, p_i - q_i)): recursive rejection sampling without replacement
+    (Jeon et al. 2024, "Recursive Speculative Decoding", RRSw; the sibling rule of
+    SpecTr, Sun et al. 2023, and of EAGLE-2's implementation).
+
+    Lossless (proof sketch): let O_i be the token emitted when sibling i is tried
+    with target p_i after siblings 1 .. i-1 (tokens h) were rejected. Given h,
+    x_i ~ q_i and is accepted with probability min(1, p_i(x)/q_i(x)); on rejection
+    the walk continues with p_{i+1} = norm(max(0, p_i - q_i)), which depends on h
+    only (not on x_i), and by induction from the last sibling (whose rejection
+    draws the correction from p_{m+1}) the rest of the walk emits p_{i+1}. So
+    P(O_i = y) = min(p_i(y), q_i(y)) + (1 - sum_x min(p_i, q_i)(x)) p_{i+1}(y)
+    = p_i(y), the one-draft identity of Leviathan et al. 2023; for i = 1 this is
+    p_target. What is emitted below an accepted child is handled the same way at
+    its own depth. The old rule (i.i.d. draws from q, duplicates dropped) is not
+    lossless: after rejecting x it moved on with p_1 where the rule needs p_2.
+
+    Args:
+        q_draft: float (V,) processed draft distribution of the parent node.
+        width: maximum number of siblings (>= 1); fewer when q_draft has fewer
+            tokens of positive probability.
+        generator: the decoder's torch.Generator (one uniform per sibling).
+
+    Returns:
+        [(token id, float (V,) row q_i)], in drafting order (= verification order).
+    """
+    out: list[tuple[int, torch.Tensor]] = []
+    row = q_draft
+    for _ in range(int(width)):
+        if out:
+            row = row.clone()
+            row[out[-1][0]] = 0.0
+            total = row.sum()
+            if not total > 0:
+                break
+            row = row / total
+        out.append((sample_from(row, generator), row))
+    return out
+
+
 def _draft_chain(lm: _CachedLM, seq: list[int], k: int, sampling: SamplingConfig,
                  generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
     """k tokens and the (V,) q rows they were drawn from."""
@@ -106,7 +156,8 @@ class SmallLMDrafter(BaseDrafter):
         name: report name.
 
     ``q_draft`` rows have the draft's vocabulary size (zero-padded by the decoder
-    to the target's). Greedy trees pick the top-b tokens per node, which are not
+    to the target's); a sampled tree node's row excludes its earlier siblings
+    (`sample_siblings`). Greedy trees pick the top-b tokens per node, which are not
     draws from the one-hot greedy q, so greedy trees report ``q_draft=None``
     (verification is then exact argmax matching, as for any greedy draft).
     """
@@ -157,11 +208,11 @@ class SmallLMDrafter(BaseDrafter):
             for parent, node_logits, parent_prob in frontier:
                 probs = processed_probs(node_logits, sampling)
                 choice_probs = node_logits.float().softmax(-1) if sampling.greedy else probs
-                for tok in self._children(probs, choice_probs, width, sampling, gen):
+                for tok, row in self._children(probs, choice_probs, width, sampling, gen):
                     new_nodes.append(len(tokens))
                     tokens.append(tok)
                     parents.append(parent)
-                    rows.append(probs)
+                    rows.append(row)
                     cum.append(parent_prob * float(choice_probs[tok]))
             if depth == depth_cap or len(tokens) >= 4 * budget or not new_nodes:
                 break
@@ -169,15 +220,13 @@ class SmallLMDrafter(BaseDrafter):
         return self._select(tokens, parents, rows, cum, budget, sampling)
 
     @staticmethod
-    def _children(probs, choice_probs, width, sampling, gen) -> list[int]:
+    def _children(probs, choice_probs, width, sampling, gen) -> list[tuple[int, torch.Tensor]]:
+        """A node's children as (token, q row it was drawn from) pairs, in drafting
+        order: top-``width`` when greedy (rows unused: q_draft is None), else
+        `sample_siblings` (without replacement)."""
         if sampling.greedy:
-            return torch.topk(choice_probs, width).indices.tolist()
-        out: list[int] = []
-        for _ in range(width):  # i.i.d. draws from q; duplicates dropped (still lossless)
-            tok = sample_from(probs, gen)
-            if tok not in out:
-                out.append(tok)
-        return out
+            return [(tok, probs) for tok in torch.topk(choice_probs, width).indices.tolist()]
+        return sample_siblings(probs, width, gen)
 
     def _expand(self, new_nodes, tokens, parents, cum):
         """Feed the newest depth's nodes in one forward; return the next frontier."""
@@ -204,13 +253,20 @@ class SmallLMDrafter(BaseDrafter):
 
     @staticmethod
     def _select(tokens, parents, rows, cum, budget, sampling) -> DraftProposal:
-        """Keep the best ``budget`` nodes by cumulative probability (closed under
-        ancestors: a child's cumulative probability never exceeds its parent's)."""
+        """Keep ``budget`` nodes. Greedy (point-mass nodes): the best by cumulative
+        probability (closed under ancestors: a child's cumulative probability never
+        exceeds its parent's). Sampled: the first ``budget`` in drafting order
+        (breadth first, siblings in sampling order), so every kept node's kept
+        children are the first m of its siblings with m fixed by the shallower
+        levels. Choosing sampled siblings by their own probability would verify a
+        biased subset of the draws (not lossless, see `sample_siblings`)."""
         n = len(tokens)
         if n == 0:
             return DraftProposal.empty()
-        order = sorted(range(n), key=lambda i: (-cum[i], i))[:budget]
-        keep = sorted(order)
+        if sampling.greedy:
+            keep = sorted(sorted(range(n), key=lambda i: (-cum[i], i))[:budget])
+        else:
+            keep = list(range(min(n, budget)))
         remap = {old: new for new, old in enumerate(keep)}
         keep = [i for i in keep if parents[i] < 0 or parents[i] in remap]
         remap = {old: new for new, old in enumerate(keep)}
