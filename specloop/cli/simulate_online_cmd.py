@@ -2,6 +2,7 @@
 
     specloop simulate online --scenario stationary|piecewise|smooth|fast
         --learner fixed|ogd|optimistic|ensemble|optimistic-ensemble|osd --rounds T [--json]
+        (learner aliases of `specloop.strategies.registry` work too: opt, ens, optens)
     specloop simulate regret-sweep [--json] [--quick]
 
 ``online`` runs one learner on one stream (`specloop.sim.online.run_online`) and
@@ -75,7 +76,8 @@ def register(simulate_subparsers) -> None:
         "online", help="one online learner on one stream: regret, tau, speedup per window",
         description=__doc__.split("\n\n")[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     online.add_argument("--scenario", choices=ONLINE_SCENARIOS, default="stationary")
-    online.add_argument("--learner", choices=LEARNERS, default="ogd")
+    online.add_argument("--learner", type=_learner_name, choices=LEARNERS, default="ogd",
+                        help="a learner of the registry (aliases opt, ens, optens, opt-ens accepted)")
     online.add_argument("--rounds", type=_positive_int, default=2000, help="T")
     online.add_argument("--seed", type=int, default=0)
     online.add_argument("--policy", choices=POLICIES, default="fixed",
@@ -159,8 +161,18 @@ def _console():
     return console if console.is_terminal else Console(width=160)
 
 
-def _names(text: str, allowed) -> tuple[str, ...]:
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+def _learner_name(text: str) -> str:
+    """A learner alias -> its registered name; other text unchanged (argparse's
+    ``choices`` then rejects an unknown name with exit 2)."""
+    from specloop.strategies.registry import resolve_learner
+    try:
+        return "fixed" if text.strip() == "fixed" else resolve_learner(text)
+    except ValueError:
+        return text
+
+
+def _names(text: str, allowed, resolve=None) -> tuple[str, ...]:
+    names = tuple((resolve or str)(n.strip()) for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in allowed]
     if not names or unknown:
         raise ValueError(f"unknown name(s) {unknown or text!r}; choose from {', '.join(allowed)}")
@@ -173,7 +185,7 @@ def run_sweep_cmd(args) -> int:
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else DEFAULT_ROUNDS)
     seeds = args.seeds or (1 if args.quick else 3)
     config = SweepConfig(scenarios=_names(args.scenarios, ONLINE_SCENARIOS),
-                         learners=_names(args.learners, LEARNERS), rounds_list=tuple(rounds),
+                         learners=_names(args.learners, LEARNERS, _learner_name), rounds_list=tuple(rounds),
                          seeds=tuple(range(seeds)), processes=args.processes,
                          setup_kwargs=_setup_kwargs(args))
     rows = regret_sweep(config)

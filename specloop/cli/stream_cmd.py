@@ -33,6 +33,7 @@ DEFAULT_METHODS = "hydra,osd-hydra,opt-hydra,ens-hydra"
 
 
 def register(subparsers) -> None:
+    from specloop.strategies.precondition import PRECONDITIONERS
     parser = subparsers.add_parser("stream", help="online draft adaptation over a real prompt stream",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
@@ -53,7 +54,7 @@ def register(subparsers) -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--update-every", type=int, default=1, help="rounds between micro-updates (round mode)")
     parser.add_argument("--epochs", type=int, default=2, help="passes per chunk (chunk mode)")
-    parser.add_argument("--precondition", choices=["none", "rms"], default="none",
+    parser.add_argument("--precondition", choices=PRECONDITIONERS, default="none",
                         help="rms: divide the learner's gradients by their running RMS (adaptive OGD, "
                              "Adam-like per-element steps of size --lr); none: raw gradients")
     parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")

@@ -47,14 +47,16 @@ from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
 from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint,
                                         save_checkpoint)
 from specloop.record import RoundRecord, Trace, TraceWriter
+from specloop.strategies.registry import learner_spec
 
 __all__ = ["MethodSpec", "METHODS", "resolve_method", "StreamConfig", "StreamRunner", "summarise",
            "BASELINE"]
 
 BASELINE = "greedy"
 _KINDS = {"hydra": "Hydra", "medusa": "Medusa", "eagle": "EAGLE", "eagle3": "EAGLE-3"}
-_LEARNERS = {"osd": ("osd", "OSD"), "ogd": ("ogd", "OGD"), "opt": ("opt", "Opt"), "ens": ("ens", "Ens"),
-             "optens": ("opt-ens", "OptEns")}
+#: method prefix -> (registered learner name, the paper's label prefix); `specloop.strategies.registry`
+_LEARNERS = {learner_spec(p).short: (learner_spec(p).name, learner_spec(p).label)
+             for p in ("osd", "ogd", "optimistic", "ensemble", "optimistic-ensemble")}
 
 
 @dataclass(frozen=True)
@@ -65,8 +67,8 @@ class MethodSpec:
         name: canonical key (lower case), e.g. "opt-hydra".
         label: the paper's name, e.g. "Opt-Hydra".
         drafter: drafter registry name ("" for the no-draft baseline).
-        learner: online learner kind (`specloop.realmodels.online.LEARNER_KINDS`) or
-            None for a frozen draft.
+        learner: registered online learner name (`specloop.strategies.registry`,
+            e.g. "optimistic") or None for a frozen draft.
     """
 
     name: str

@@ -46,9 +46,8 @@ from specloop.sim.streams import make_stream
 from specloop.strategies import _arrays as A
 from specloop.strategies.base import DraftPolicy, PlanState
 from specloop.strategies.engine import chain_step, drive_round
-from specloop.strategies.ensemble import HedgeEnsemble, OptimisticEnsemble, geometric_learning_rates
-from specloop.strategies.ogd import OGD, OptimisticOGD
-from specloop.strategies.osd import OSDDistillation
+from specloop.strategies.registry import LEARNER_NAMES, learner_feedback, learns_from_round, resolve_learner
+from specloop.strategies.registry import make_learner as make_registered_learner
 from specloop.strategies.bandits import EXP3K, UCBK
 from specloop.strategies.policies import FixedK, HeuristicK, TheoryOptimalK
 from specloop.theory.acceptance import acceptance_rate
@@ -61,7 +60,7 @@ __all__ = ["ONLINE_SCENARIOS", "LEARNERS", "POLICIES", "make_policy", "OnlineSet
            "regret_sweep", "fit_exponent", "predicted_exponent", "SweepConfig"]
 
 ONLINE_SCENARIOS = ("stationary", "piecewise", "smooth", "fast")
-LEARNERS = ("fixed", "ogd", "optimistic", "ensemble", "optimistic-ensemble", "osd")
+LEARNERS = ("fixed",) + LEARNER_NAMES   # the registry's names; "fixed" = no learner
 POLICIES = ("fixed", "theory", "heuristic", "ucb", "exp3")
 BANDIT_ARMS = (1, 2, 3, 4, 6, 8, 12)
 
@@ -258,7 +257,9 @@ def make_policy(name: str, num_draft_tokens: int, cost_ratio: float, rounds: int
 
 def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
                  loss_and_grad=None, seed: int = 0):
-    """A learner tuned as its corollary prescribes (D = 2 * radius is the diameter):
+    """A learner of the registry (`specloop.strategies.registry`; its aliases such as
+    "opt" / "ens" work too) tuned as its corollary prescribes (D = 2 * radius is the
+    diameter):
 
     * "fixed": None (the draft never updates);
     * "ogd": OGD, eta = D / (G sqrt(T)) (Corollary 1);
@@ -273,8 +274,8 @@ def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
     Raises:
         ValueError: unknown name, rounds < 1, non-positive radius or gradient bound.
     """
-    if name not in LEARNERS:
-        raise ValueError(f"unknown learner {name!r}; expected one of {LEARNERS}")
+    if name != "fixed":
+        name = resolve_learner(name)   # ValueError listing the names for an unknown one
     if int(rounds) < 1 or not radius > 0 or not gradient_bound > 0:
         raise ValueError(f"need rounds >= 1, radius > 0, gradient_bound > 0; got "
                          f"{rounds}, {radius}, {gradient_bound}")
@@ -284,16 +285,10 @@ def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
     meta_lr = math.sqrt(8.0 * math.log(max(n, 2))) / (g * diameter * math.sqrt(t))
     if name == "fixed":
         return None
-    if name == "ogd":
-        return OGD(lr, radius, seed=seed)
     if name == "optimistic":
-        return OptimisticOGD(diameter / g, radius, adaptive=True, hint_scale=g, seed=seed)
-    if name == "ensemble":
-        return HedgeEnsemble(geometric_learning_rates(lr, n), radius, meta_lr, seed=seed)
-    if name == "optimistic-ensemble":
-        return OptimisticEnsemble(geometric_learning_rates(lr, n), radius, meta_lr, seed=seed)
-    return OSDDistillation(lr, update_every=8, radius=radius, loss_and_grad=loss_and_grad,
-                           seed=seed)
+        return make_registered_learner(name, diameter / g, radius=radius, adaptive=True, hint_scale=g, seed=seed)
+    return make_registered_learner(name, lr, radius=radius, num_learners=n, meta_lr=meta_lr, update_every=8,
+                                   loss_and_grad=loss_and_grad, seed=seed)
 
 
 # -- the engine loop ------------------------------------------------------------------
@@ -508,11 +503,12 @@ def run_online(problem: OnlineProblem, learner_name: str, policy: DraftPolicy | 
 
 
 def _update(learner, w, grads, loss, draft, context, p, rejected: bool):
-    """One learner step; OSD-style learners get the round only when it had a rejection."""
+    """One learner step; a "rejections" learner (OSD, `specloop.strategies.registry`)
+    gets the round, through ``add_feedback``, only when it had a rejection."""
     if learner is None:
         return w
-    if isinstance(learner, OSDDistillation):
-        if rejected:
+    if learner_feedback(learner) == "rejections":
+        if learns_from_round(learner, rejected):
             learner.add_feedback(context, p)
         return learner.step(w, grads, loss)
     oracle = lambda params: draft.loss_and_grad(params, context, p)  # noqa: E731

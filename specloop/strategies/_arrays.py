@@ -17,7 +17,7 @@ _NUMPY_NS = array_namespace(np.zeros(1))
 
 __all__ = [
     "namespace", "detach", "copy_list", "joint_norm", "joint_sq_dist", "project_ball",
-    "add_scaled", "weighted_sum", "inner", "to_numpy_list", "from_numpy_list",
+    "add_scaled", "add_product", "weighted_sum", "inner", "to_numpy_list", "from_numpy_list",
     "from_numpy_or_same",
     "check_params", "check_pair", "check_loss",
 ]
@@ -82,6 +82,18 @@ def project_ball(arrays: Sequence[Any], radius: float | None) -> list[Any]:
 def add_scaled(xs: Sequence[Any], ys: Sequence[Any], scale: float) -> list[Any]:
     """[x_i + scale * y_i] (new arrays)."""
     return [detach(x) + float(scale) * detach(y) for x, y in zip(xs, ys)]
+
+
+def add_product(x: Any, y: Any, z: Any, scale: float) -> Any:
+    """x + scale * y * z elementwise (one new array). On torch this is
+    ``torch.addcmul`` (a fused multiply-add), so an optimiser written with it gives
+    bit for bit the result of torch's in-place ``addcmul_`` updates; elsewhere the
+    plain expression."""
+    x, y, z = detach(x), detach(y), detach(z)
+    if is_torch_array(x):
+        import torch
+        return torch.addcmul(x, y, z, value=float(scale))
+    return x + float(scale) * y * z
 
 
 def weighted_sum(lists: Sequence[Sequence[Any]], weights: Sequence[float]) -> list[Any]:

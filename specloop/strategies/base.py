@@ -167,6 +167,11 @@ class OnlineLearner(Protocol):
     parameter list -- which ensembles use to evaluate their base learners and
     OSD-style distillation buffers for later updates; learners that do not need it
     ignore it.
+
+    Optional attribute ``feedback`` ("played" when absent): "played" learners learn
+    from ``grads`` every round; "rejections" learners (OSD) ignore ``grads``/``loss``
+    and learn only from rounds with a rejected draft token, handed over once each
+    through ``add_feedback`` (`specloop.strategies.registry.learns_from_round`).
     """
 
     def step(self, params: Sequence[Any], grads: Sequence[Any], loss: float) -> list[Any]: ...

@@ -84,6 +84,8 @@ class HedgeEnsemble:
     """
 
     _base_cls = OGD
+    #: learns from the played point's gradient (and the oracle) every round
+    feedback = "played"
 
     def __init__(self, learning_rates: Sequence[float], radius: float | None = None,
                  meta_lr: float = 1.0, seed: int | None = None):

@@ -61,6 +61,9 @@ class OGD:
         ValueError: non-positive lr or radius; mismatched/non-finite params, grads.
     """
 
+    #: learns from the played point's gradient every round (`specloop.strategies.registry`)
+    feedback = "played"
+
     def __init__(self, lr: float, radius: float | None = None, seed: int | None = None):
         self.lr = _check_lr(lr)
         self.radius = _check_radius(radius)
@@ -116,6 +119,9 @@ class OptimisticOGD:
     Attributes:
         hint_error: delta observed so far, sum_s ||h_s - grad f_s(w_s)||^2.
     """
+
+    #: learns from the played point's gradient every round (`specloop.strategies.registry`)
+    feedback = "played"
 
     def __init__(self, lr: float, radius: float | None = None, adaptive: bool = False,
                  hint_scale: float = 1.0, seed: int | None = None):

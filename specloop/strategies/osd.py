@@ -55,6 +55,10 @@ class OSDDistillation:
             without ``loss_and_grad``; non-finite losses from the buffer.
     """
 
+    #: learns only from rounds with a rejection, handed over through `add_feedback`
+    #: (or ``step(oracle=)``); ignores the played point's gradient (`specloop.strategies.registry`)
+    feedback = "rejections"
+
     def __init__(self, lr: float, update_every: int = 8, inner_epochs: int = 1,
                  batch_size: int = 1, optimizer: str = "sgd", radius: float | None = None,
                  max_buffer: int = 4096, loss_and_grad: LossAndGrad | None = None,
@@ -81,6 +85,11 @@ class OSDDistillation:
         self._adam_t = 0
 
     # -- feedback ------------------------------------------------------------
+    @property
+    def buffered(self) -> int:
+        """Rejected positions in the buffer, not yet distilled."""
+        return len(self.buffer)
+
     def add_feedback(self, context: Any = None, p_target: Any = None,
                      oracle: Oracle | None = None) -> None:
         """Buffer one rejected position: (context, p_target) or an oracle closure.

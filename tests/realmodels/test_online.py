@@ -13,12 +13,14 @@ from specloop.realmodels.drafters.ngram import NGramDrafter
 from specloop.realmodels.online import (LEARNER_KINDS, FeatureHeadObjective, OnlineAdapter, OnlineConfig,
                                         OnlineDrafter, load_checkpoint, objective_for, save_checkpoint)
 from specloop.realmodels.policy import FixedDraftPolicy
+from specloop.strategies.registry import LEARNER_ALIASES
 from tests.realmodels.decoder_util import plain_greedy
 from tests.realmodels.heads_b_util import HIDDEN
 from tests.realmodels.test_online_util import (NO_EOS, eagle_drafter, hydra_drafter, medusa_drafter, prompts,
                                                small_lm_drafter, tiny_loaded)
 
-LR = {"ogd": 0.05, "opt": 0.05, "ens": 0.02, "opt-ens": 0.02, "osd": 3e-3}
+LR = {"ogd": 0.05, "optimistic": 0.05, "ensemble": 0.02, "optimistic-ensemble": 0.02, "osd": 3e-3}
+LR.update({alias: LR[name] for alias, name in LEARNER_ALIASES.items()})   # "opt", "ens", ... too
 
 
 @pytest.fixture(scope="module")

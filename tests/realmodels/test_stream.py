@@ -35,9 +35,10 @@ def comparable(path):
 def test_methods_table_and_names():
     assert resolve_method("Opt-Hydra") == METHODS["opt-hydra"]
     assert resolve_method("ens-eagle-3").drafter == "eagle3"
-    assert resolve_method("Ens-EAGLE-3").learner == "ens"
+    assert resolve_method("Ens-EAGLE-3").learner == "ensemble"   # the registry's names
     assert resolve_method("Vanilla SD").learner is None and resolve_method("osd").drafter == "small-lm"
-    assert resolve_method("optens-eagle").learner == "opt-ens"
+    assert resolve_method("optens-eagle").learner == "optimistic-ensemble"
+    assert resolve_method("opt-hydra").learner == "optimistic" and resolve_method("osd-medusa").learner == "osd"
     assert resolve_method(BASELINE).drafter == ""
     with pytest.raises(ValueError, match="unknown method"):
         resolve_method("turbo-hydra")

@@ -1,0 +1,64 @@
+"""`OnlineDrafter`: a `Drafter` that adapts an inner drafter online through an
+`OnlineAdapter` (`specloop.realmodels.online`; OnlineSpec Algorithm 1)."""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
+
+if TYPE_CHECKING:
+    from specloop.realmodels.online.adapter import OnlineAdapter
+
+__all__ = ["OnlineDrafter"]
+
+
+class OnlineDrafter:
+    """A `Drafter` that adapts an inner drafter online (see module docstring).
+
+    ``observe`` = collect the round's sample, let the inner drafter observe, then
+    the adapter's micro-update (the decoder times it as the round's
+    ``update_time``). The target's output never depends on the draft (lossless
+    verification), only the speed does.
+
+    Attributes:
+        round_losses: f_t(w_t) of each round (`OnlineAdapter.record`: the round's own
+            cross-entropy at the parameters that drafted it; NaN if the round gave
+            no sample), in order; one entry per ``observe``.
+        round_loss: the latest entry (NaN before the first round): what a decoder
+            copies into the round's `RoundRecord.loss`.
+    """
+
+    def __init__(self, inner, adapter: OnlineAdapter) -> None:
+        self.inner = inner
+        self.adapter = adapter
+        self.name = f"online-{getattr(inner, 'name', 'drafter')}"
+        self.needs_target_hidden = tuple(getattr(inner, "needs_target_hidden", ()))
+        self.round_losses: list[float] = []
+        self._context: torch.Tensor | None = None
+
+    def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
+        self._context = None
+        self.inner.reset(prompt_ids, target_hidden=target_hidden)
+        if hasattr(self.adapter.objective, "reset"):
+            self.adapter.objective.reset(prompt_ids, target_hidden)
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        self._context = request.ids
+        with self.adapter.lock:
+            return self.inner.propose(request)
+
+    def observe(self, feedback: VerifyFeedback) -> None:
+        sample = self.adapter.objective.collect(feedback, self._context)
+        self._context = None
+        self.inner.observe(feedback)
+        self.round_losses.append(float(self.adapter.record(sample)))
+
+    @property
+    def round_loss(self) -> float:
+        return self.round_losses[-1] if self.round_losses else math.nan
+
+    def parameters(self) -> list[torch.Tensor]:
+        return self.inner.parameters()
