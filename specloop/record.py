@@ -49,10 +49,14 @@ class RoundRecord:
         draft_time: wall-clock seconds spent drafting (device synchronised).
         verify_time: wall-clock seconds of the target's verification forward.
         update_time: wall-clock seconds of the learner / policy update (0 if none).
-        acceptance_probs: per drafted position along the chain (or accepted path
-            and first rejected node of a tree), the acceptance probability
-            min(1, p(x)/q(x)) of the drafted token, or Acc_i = sum_x min(p, q) where
-            the simulator knows it; empty tuple when unknown.
+        acceptance_probs: the draft's per-position acceptance probability
+            Acc_j = sum_x min(p_j(x), q_j(x)) at each verified position j (a chain's
+            positions; a tree's accepted path and the first position past it, first
+            child tried there); a point-mass draft gives p_j(x_j), greedy 0 / 1.
+            Empty tuple when unknown.
+        child_acceptance_ratios: min(1, p(x)/q(x)) of every drafted child the
+            verifier tried, in the order tried (the real decoder's recursive
+            rejection walk); empty where the engine has no tried children.
         loss: the loss f_t(w_t) the learner observed this round (NaN if none).
         target_time: optional seconds of one plain target forward measured in the
             same run (used for cost ratios); NaN if not measured.
@@ -69,6 +73,7 @@ class RoundRecord:
     verify_time: float = 0.0
     update_time: float = 0.0
     acceptance_probs: tuple[float, ...] = field(default_factory=tuple)
+    child_acceptance_ratios: tuple[float, ...] = field(default_factory=tuple)
     loss: float = math.nan
     target_time: float = math.nan
 
@@ -85,8 +90,9 @@ class RoundRecord:
             value = float(getattr(self, name))
             if not value >= 0.0:
                 raise ValueError(f"RoundRecord.{name} must be a non-negative number of seconds, got {value}")
-        if not isinstance(self.acceptance_probs, tuple):
-            object.__setattr__(self, "acceptance_probs", tuple(float(x) for x in self.acceptance_probs))
+        for name in ("acceptance_probs", "child_acceptance_ratios"):
+            if not isinstance(getattr(self, name), tuple):
+                object.__setattr__(self, name, tuple(float(x) for x in getattr(self, name)))
 
     @property
     def round_time(self) -> float:
@@ -97,6 +103,7 @@ class RoundRecord:
         """A JSON-serialisable dict (NaN written as null)."""
         out = dataclasses.asdict(self)
         out["acceptance_probs"] = [float(x) for x in self.acceptance_probs]
+        out["child_acceptance_ratios"] = [float(x) for x in self.child_acceptance_ratios]
         for key in ("loss", "target_time"):
             if math.isnan(out[key]):
                 out[key] = None
@@ -110,7 +117,8 @@ class RoundRecord:
         if unknown:
             raise ValueError(f"unknown RoundRecord fields: {sorted(unknown)}")
         kwargs = dict(data)
-        kwargs["acceptance_probs"] = tuple(float(x) for x in kwargs.get("acceptance_probs", ()))
+        for name in ("acceptance_probs", "child_acceptance_ratios"):
+            kwargs[name] = tuple(float(x) for x in kwargs.get(name, ()))
         for key in ("loss", "target_time"):
             if kwargs.get(key) is None:
                 kwargs[key] = math.nan

@@ -2,15 +2,17 @@
 sampling, lossless (OnlineSpec Algorithm 1 loop: draft -> verify -> feedback ->
 update; verification per Leviathan et al. 2023 / SpecInfer, see `verify`).
 
-One round (state: the target's KV cache holds ``ids[:-1]``; ``ids[-1]`` is the
-pending token)::
+`SpeculativeDecoder.generate` prefills a `specloop.realmodels.session.DecodeSession`
+(the target's KV cache, the drafter and the sequence of one prompt) and runs
+`specloop.strategies.engine.drive_round` over it until it stops -- the same round
+driver as every other engine::
 
     plan     = policy.plan(PlanState)                       # k or a TreePlan
     proposal = drafter.propose(DraftRequest)                # tokens, parents, q_draft
     logits   = target([pending] + nodes, tree mask, positions)   # one forward
     outcome  = verify_tree(p_target, proposal, generator)   # accepted path + next token
     cache   <- prefix + pending + accepted nodes            # `kvcache.keep_positions`
-    drafter.observe(VerifyFeedback); policy.observe(RoundRecord)
+    drafter.observe(VerifyFeedback) -> record; policy.observe(RoundRecord)
 
 Generation stops at EOS (also inside an accepted block: tokens after it are
 dropped), at ``max_new_tokens`` (never exceeded) or at the context window.
@@ -21,20 +23,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 
-from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, Drafter, VerifyFeedback
-from specloop.realmodels.kvcache import cache_length, causal_forward, keep_positions, model_forward, new_cache
-from specloop.realmodels.padding import calibrate_verify_widths, check_widths, pad_block
+from specloop.realmodels.drafters.base import Drafter
+from specloop.realmodels.kvcache import model_forward
+from specloop.realmodels.padding import calibrate_verify_widths, check_widths
 from specloop.realmodels.policy import FixedDraftPolicy
-from specloop.realmodels.sampling import SamplingConfig, check_finite, processed_probs
-from specloop.realmodels.tree import node_depths, verify_block_inputs
-from specloop.realmodels.verify import verify_greedy, verify_tree
-from specloop.record import RoundRecord, Trace
-from specloop.strategies.base import DraftPlan, DraftPolicy, PlanState
+from specloop.realmodels.sampling import SamplingConfig, check_finite
+from specloop.realmodels.session import DecodeSession
+from specloop.record import Trace
+from specloop.strategies.base import DraftPolicy
+from specloop.strategies.engine import drive_round
 
 __all__ = ["SpeculativeDecoder", "GenerationResult", "eos_ids_of", "context_window_of",
-           "validate_prompt"]
+           "validate_prompt", "check_max_new_tokens"]
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,29 @@ def context_window_of(model) -> int:
 def validate_prompt(prompt_ids, vocab_size: int, context_window: int) -> torch.Tensor:
     """Check and normalise a prompt to int64 (L,).
 
+    Accepts a 1-D sequence / tensor of ids, or a (1, L) batch of one (as tokenizers
+    return it).
+
     Raises:
-        ValueError: empty prompt, not 1-D, ids outside [0, vocab_size), or a
-            prompt of >= context_window tokens (no room to generate).
+        ValueError: empty prompt, a batch of more than one prompt or any other shape
+            that is not 1-D (batching is not supported), non-integer ids, ids outside
+            [0, vocab_size), or a prompt of >= context_window tokens (no room to
+            generate).
     """
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(-1) if not isinstance(prompt_ids, torch.Tensor) \
-        else prompt_ids.reshape(-1).long()
+    try:
+        ids = prompt_ids if isinstance(prompt_ids, torch.Tensor) else torch.as_tensor(prompt_ids)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"prompt must be one sequence of token ids (batching is not supported): {exc}") from None
+    if ids.ndim == 2 and ids.shape[0] == 1:
+        ids = ids[0]
+    if ids.ndim != 1:
+        raise ValueError(f"prompt must be one 1-D sequence of token ids, got shape {tuple(ids.shape)} "
+                         "(batches of several prompts are not supported: decode them one at a time)")
     if ids.numel() == 0:
         raise ValueError("empty prompt: at least one token is needed")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dtype.is_complex:
+        raise ValueError(f"prompt token ids must be integers, got dtype {ids.dtype}")
+    ids = ids.long()
     if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
         raise ValueError(f"prompt token ids must be in [0, {vocab_size}); got min {int(ids.min())}, "
                          f"max {int(ids.max())}")
@@ -98,6 +116,16 @@ def validate_prompt(prompt_ids, vocab_size: int, context_window: int) -> torch.T
         raise ValueError(f"prompt of {ids.numel()} tokens does not fit the context window of "
                          f"{context_window} tokens (need at least one free position)")
     return ids
+
+
+def check_max_new_tokens(max_new_tokens) -> int:
+    """``max_new_tokens`` as an int >= 0 (ValueError for bools, floats such as 2.7,
+    negatives or non-numbers)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if int(max_new_tokens) < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    return int(max_new_tokens)
 
 
 class _Clock:
@@ -194,17 +222,6 @@ class SpeculativeDecoder:
             layers = tuple(out.hidden_states[i][0] for i in self.drafter.needs_target_hidden)
         return logits, layers
 
-    def _prefill(self, cache, prefix: torch.Tensor):
-        """Feed ``prefix`` (the prompt without its last token) into the cache."""
-        if prefix.numel() == 0:
-            return None
-        hidden = bool(self.drafter.needs_target_hidden)
-        out = causal_forward(self.model, cache, prefix, hidden, logits_to_keep=1)
-        check_finite(out.logits, "target model")
-        if not hidden:
-            return None
-        return tuple(out.hidden_states[i][0] for i in self.drafter.needs_target_hidden)
-
     def _check_sliding_window(self, total: int) -> None:
         """Sliding-window layers (Gemma-3) get the same full tree mask as the others,
         which is exact only while the sequence fits in the window."""
@@ -216,46 +233,29 @@ class SpeculativeDecoder:
                              f"{window} tokens of this model; the decoder's tree mask is exact only "
                              "within the window")
 
-    # -- one round ----------------------------------------------------------------
-    def _clip_proposal(self, proposal: DraftProposal, max_depth: int, max_nodes: int) -> DraftProposal:
-        """Check a proposal and drop nodes deeper than ``max_depth`` or beyond
-        ``max_nodes`` (both keep the tree closed under ancestors)."""
-        if proposal.size == 0:
-            return proposal
-        tokens = proposal.tokens.reshape(-1).long().cpu()
-        if int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size:
-            raise ValueError(f"drafter proposed token ids outside [0, {self.vocab_size}) "
-                             f"(min {int(tokens.min())}, max {int(tokens.max())}): the draft's vocabulary "
-                             "is larger than / different from the target's")
-        q = proposal.q_draft
-        if q is not None and q.shape[-1] > self.vocab_size:
-            raise ValueError(f"draft vocabulary ({q.shape[-1]}) is larger than the target's "
-                             f"({self.vocab_size}); refusing to verify")
-        depths = node_depths(proposal.parents.cpu())
-        keep = (depths <= max_depth) & (torch.arange(proposal.size) < max_nodes)
-        if bool(keep.all()):
-            return DraftProposal(tokens, proposal.parents.cpu(), q, proposal.node_probs)
-        idx = torch.nonzero(keep).reshape(-1)
-        remap = torch.full((proposal.size,), -1, dtype=torch.long)
-        remap[idx] = torch.arange(idx.numel())
-        parents = proposal.parents.cpu()[idx]
-        parents = torch.where(parents >= 0, remap[parents.clamp(min=0)], parents)
-        return DraftProposal(tokens[idx], parents, None if q is None else q[idx],
-                             None if proposal.node_probs is None else proposal.node_probs[idx])
+    # -- decoding ------------------------------------------------------------------
+    def session(self, prompt_ids, max_new_tokens: int = 64, *, stream_index: int = 0,
+                on_tokens: Callable[[list[int]], None] | None = None) -> DecodeSession:
+        """A prefilled `DecodeSession` for one prompt (step it with `drive_round`).
 
-    def _round_plan(self, state: PlanState) -> DraftPlan:
-        plan = self.policy.plan(state)
-        if not isinstance(plan, DraftPlan):
-            raise ValueError(f"policy.plan returned {type(plan).__name__}, expected DraftPlan")
-        return plan
+        Raises:
+            ValueError: as `generate`.
+        """
+        max_new_tokens = check_max_new_tokens(max_new_tokens)
+        ids = validate_prompt(prompt_ids, self.vocab_size, self.context_window)
+        self._check_sliding_window(int(ids.numel()) + max_new_tokens)
+        self.calibrate()                          # "auto" padding: once, before the first prefill
+        session = DecodeSession(self, ids, max_new_tokens, stream_index, on_tokens)
+        session.prefill()
+        return session
 
     def generate(self, prompt_ids, max_new_tokens: int = 64, *, stream_index: int = 0,
                  on_tokens: Callable[[list[int]], None] | None = None) -> GenerationResult:
         """Generate up to ``max_new_tokens`` tokens after ``prompt_ids``.
 
         Args:
-            prompt_ids: int sequence / tensor (L,) of target token ids, L >= 1.
-            max_new_tokens: cap on generated tokens (>= 0).
+            prompt_ids: int sequence / tensor (L,) (or (1, L)) of target token ids, L >= 1.
+            max_new_tokens: cap on generated tokens (int >= 0).
             stream_index: written into each `RoundRecord`.
             on_tokens: called with the committed token ids after each round
                 (streaming).
@@ -264,105 +264,11 @@ class SpeculativeDecoder:
             `GenerationResult`.
 
         Raises:
-            ValueError: empty prompt, ids outside the vocabulary, prompt not fitting
-                the context, max_new_tokens < 0, NaN logits, an invalid proposal.
+            ValueError: empty prompt, a batch or other non-1-D input, ids outside the
+                vocabulary, prompt not fitting the context, max_new_tokens not an
+                int >= 0, NaN logits, an invalid proposal.
         """
-        if int(max_new_tokens) < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        ids = validate_prompt(prompt_ids, self.vocab_size, self.context_window)
-        self._check_sliding_window(int(ids.numel()) + int(max_new_tokens))
-        self.calibrate()                          # "auto" padding: once, before the first prefill
-        cache = new_cache()
-        t0 = self._clock()
-        hidden = self._prefill(cache, ids[:-1])
-        self.drafter.reset(ids.clone(), target_hidden=hidden)
-        prefill_time = self._clock() - t0
-        trace = Trace([], {"prefill_time": prefill_time, "drafter": getattr(self.drafter, "name", "?")})
-        new_tokens: list[int] = []
-        stop = "length"
-        seq = ids.tolist()
-        while len(new_tokens) < max_new_tokens:
-            room = self.context_window - len(seq)
-            if room <= 0:
-                stop = "context"
-                break
-            record, committed, finished = self._round(cache, seq, max_new_tokens - len(new_tokens),
-                                                      room, len(trace), stream_index)
-            trace.append(record)
-            seq.extend(committed)
-            new_tokens.extend(committed)
-            if on_tokens is not None:
-                on_tokens(committed)
-            if finished:
-                stop = "eos"
-                break
-        return GenerationResult(ids, new_tokens, trace, stop, prefill_time)
-
-    def _round(self, cache, seq: list[int], remaining: int, room: int, round_index: int,
-               stream_index: int) -> tuple[RoundRecord, list[int], bool]:
-        """Draft, verify, prune the cache, feed back. Returns (record, committed, eos)."""
-        t0 = self._clock()
-        plan = self._round_plan(PlanState(round_index, len(seq), remaining))
-        max_depth = min(int(plan.num_draft_tokens), remaining - 1, room - 1)
-        ids_t = torch.tensor(seq, dtype=torch.long, device=self.device)
-        if max_depth > 0:
-            request = DraftRequest(ids_t, plan, room - 1, self.sampling, self.generator, round_index, self.policy)
-            proposal = self._clip_proposal(self.drafter.propose(request), max_depth, room - 1)
-        else:
-            proposal = DraftProposal.empty()
-        t1 = self._clock()
-        cache_len = cache_length(cache)
-        size = proposal.size + 1
-        tokens, parents = pad_block(proposal.tokens, proposal.parents, self._verify_width(size), seq[-1])
-        mask, positions = verify_block_inputs(parents, cache_len, self.dtype, self.device)
-        block = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])
-        logits, hidden = self._forward(cache, block, mask, positions)
-        logits = logits[:size]                 # padding rows (if any) are dropped here and
-                                               # from the cache by keep_positions below
-        if self.sampling.greedy and proposal.q_draft is None:
-            # deterministic draft, greedy target: only argmaxes matter (`verify_greedy`).
-            # max(-1).indices is the first maximal index, as argmax, at a third of its cost
-            argmax = logits.max(-1).indices
-            outcome = verify_greedy(argmax.tolist(), proposal.tokens.tolist(), proposal.parents.tolist(),
-                                    self.generator)
-            p_target = None
-        else:
-            p_target = processed_probs(logits, self.sampling)
-            outcome = verify_tree(p_target, proposal.tokens, proposal.parents, proposal.q_draft, self.generator)
-        accepted = list(outcome.accepted_nodes)
-        keep = torch.cat([torch.arange(cache_len + 1), cache_len + 1 + torch.tensor(accepted, dtype=torch.long)])
-        keep_positions(cache, keep)
-        committed = [int(proposal.tokens[j]) for j in accepted] + [outcome.next_token]
-        committed, eos = self._truncate(committed, remaining)
-        t2 = self._clock()
-        rows = [0] + [1 + j for j in accepted]
-        row_logits = logits[rows]
-        if p_target is None:  # greedy fast path: the one-hot rows of the accepted path only
-            row_probs = torch.zeros_like(row_logits).scatter_(-1, argmax[rows].reshape(-1, 1), 1.0)
-        else:
-            row_probs = p_target[rows]
-        feedback = VerifyFeedback(
-            proposal=proposal, accepted_nodes=tuple(accepted),
-            committed_tokens=torch.tensor(committed, dtype=torch.long),
-            p_target=row_probs, target_logits=row_logits,
-            target_hidden=None if hidden is None else tuple(h[rows] for h in hidden),
-            acceptance_probs=outcome.acceptance_probs,
-            finished=eos or len(committed) >= remaining)
-        self.drafter.observe(feedback)
-        t3 = self._clock()
-        depth = proposal.depth
-        record = RoundRecord(
-            round_index=round_index, stream_index=stream_index, num_draft_tokens=proposal.size,
-            tree_depth=depth, verified_tokens=proposal.size + 1,
-            accepted_tokens=min(len(accepted), depth), tokens_per_round=len(committed),
-            draft_time=t1 - t0, verify_time=t2 - t1, update_time=t3 - t2,
-            acceptance_probs=outcome.acceptance_probs)
-        self.policy.observe(record)
-        return record, committed, eos
-
-    def _truncate(self, committed: list[int], remaining: int) -> tuple[list[int], bool]:
-        """Cut at the first EOS (kept) and at ``remaining`` tokens."""
-        for i, tok in enumerate(committed):
-            if tok in self.eos_ids:
-                return committed[: min(i + 1, remaining)], i + 1 <= remaining
-        return committed[:remaining], False
+        session = self.session(prompt_ids, max_new_tokens, stream_index=stream_index, on_tokens=on_tokens)
+        while not session.done:
+            drive_round(self.policy, session)
+        return session.result()

@@ -110,6 +110,8 @@ class RoundHooks:
 
     Attributes:
         seconds: wall-clock seconds spent inside the policy's hooks this round.
+        asked: True once either hook was asked (by the engine or by a drafter that
+            drafts step by step).
         stopped_at: depth at which ``continue_drafting`` answered False (None = never).
         verify_sizes: the V answered (after clipping), in order.
     """
@@ -118,12 +120,14 @@ class RoundHooks:
         self.policy, self.plan, self.cap = policy, plan, max(0, int(cap))
         self._clock = clock
         self.seconds = 0.0
+        self.asked = False
         self.stopped_at: int | None = None
         self.verify_sizes: list[int] = []
 
     def continue_drafting(self, step: DraftStep) -> bool:
         """True to draft another step after ``step``: False at the cap (the hook is not
         asked there), else the policy's answer (True without a hook)."""
+        self.asked = True
         if self.stopped_at is not None:
             return False
         if int(step.depth) >= self.cap:
@@ -145,6 +149,7 @@ class RoundHooks:
         Raises:
             ValueError: the hook returned V < 1.
         """
+        self.asked = True
         n = int(np.asarray(candidates.node_probs).size)
         if n == 0:
             return 0

@@ -42,13 +42,13 @@ def test_padded_greedy_equals_plain_greedy(target, draft, drafter, k):
 def test_padded_tree_and_sampling_match_unpadded(target, draft, monkeypatch):
     """Same seed, same drafter: padding changes neither the sampled tokens nor the
     round records (accepted lengths, verified tokens = real nodes + 1)."""
-    import specloop.realmodels.decoder as decoder_mod
+    import specloop.realmodels.session as session_mod   # the round's verify forward pads there
     padded = []
 
     def counting(tokens, parents, width, filler):
         padded.append(width - tokens.shape[0] - 1)
         return pad_block(tokens, parents, width, filler)
-    monkeypatch.setattr(decoder_mod, "pad_block", counting)
+    monkeypatch.setattr(session_mod, "pad_block", counting)
     tree = parse_tree_shape("2x2x1")
     for sampling in (SamplingConfig(0.0), SamplingConfig(1.0)):
         runs = []

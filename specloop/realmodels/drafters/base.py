@@ -56,7 +56,9 @@ import numpy as np
 import torch
 
 from specloop.realmodels.sampling import SamplingConfig
-from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates
+from specloop.strategies.base import DraftPlan, TreeCandidates
+from specloop.strategies.engine import layer_draft_step
+from specloop.strategies.subtree import reindex_parents
 
 __all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter",
            "policy_continues", "policy_verify_size"]
@@ -80,12 +82,13 @@ class DraftRequest:
         generator: the decoder's torch.Generator; the only randomness a drafter may
             use, so that a seeded run is reproducible.
         round_index: round t within the current prompt (0-based).
-        policy: the decoder's `DraftPolicy`, for its optional hooks
-            (``continue_drafting(DraftStep) -> bool`` after each draft step,
-            ``verify_size(TreeCandidates) -> int`` after a tree is drafted; see
-            `specloop.strategies.base.DraftPolicy`); None = no hooks. Drafters that
-            draft step by step call them through `policy_continues` /
-            `policy_verify_size`.
+        policy: the round's hooks (the decoder session passes its
+            `specloop.strategies.engine.RoundHooks`, which interprets the policy's
+            optional ``continue_drafting(DraftStep) -> bool`` after each draft step and
+            ``verify_size(TreeCandidates) -> int`` after a tree is drafted, the same
+            way in every engine); None = no hooks. Drafters that draft step by step
+            call them through `policy_continues` / `policy_verify_size`; for the
+            others the session reveals the proposal to the hooks afterwards.
     """
 
     ids: torch.Tensor
@@ -117,12 +120,16 @@ class DraftProposal:
             each node verified as a point mass (one-hot q).
         node_probs: optional float64 tensor (n,): cumulative draft probability of
             each node's path, for verification-size policies (LTD) and reports.
+        source_index: optional tuple of n ints: node i's index in the proposal the
+            drafter built (its own numbering, e.g. the rows of its KV cache), kept
+            through every `subset`; None = the identity (nothing was dropped).
     """
 
     tokens: torch.Tensor
     parents: torch.Tensor
     q_draft: torch.Tensor | None = None
     node_probs: torch.Tensor | None = None
+    source_index: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         tokens, parents = self.tokens, self.parents
@@ -134,6 +141,42 @@ class DraftProposal:
             raise ValueError("DraftProposal.parents must satisfy -1 <= parents[i] < i (topological order)")
         if self.q_draft is not None and (self.q_draft.ndim != 2 or self.q_draft.shape[0] != n):
             raise ValueError(f"DraftProposal.q_draft must be (n, V) with n={n}, got {tuple(self.q_draft.shape)}")
+        if self.source_index is not None and len(self.source_index) != n:
+            raise ValueError(f"DraftProposal.source_index must have n={n} entries, got {len(self.source_index)}")
+
+    def subset(self, keep) -> "DraftProposal":
+        """The proposal made of the nodes ``keep`` (the one tree-selection helper:
+        `specloop.strategies.subtree.reindex_parents`).
+
+        Args:
+            keep: int sequence / array / tensor (m,), strictly increasing node indices
+                closed under ancestors (e.g. `specloop.strategies.ltd.select_subtree`).
+
+        Returns:
+            A `DraftProposal` of m nodes: tokens, q_draft rows and node_probs of the
+            kept nodes (on their devices), parents re-indexed, ``source_index``
+            composed (the drafter's own index of each kept node). ``self`` when
+            every node is kept.
+
+        Raises:
+            ValueError: ``keep`` not increasing, out of range or not closed under
+                ancestors.
+        """
+        idx = np.asarray(torch.as_tensor(keep, dtype=torch.long).cpu(), dtype=np.int64).reshape(-1)
+        if idx.size == self.size and (idx == np.arange(self.size)).all():
+            return self
+        parents = torch.from_numpy(reindex_parents(self.parents.cpu().numpy(), idx)).to(self.parents.device)
+        at = torch.from_numpy(idx)
+        source = tuple(int(i) for i in idx) if self.source_index is None else \
+            tuple(self.source_index[int(i)] for i in idx)
+        return DraftProposal(self.tokens[at.to(self.tokens.device)], parents,
+                             None if self.q_draft is None else self.q_draft[at.to(self.q_draft.device)],
+                             None if self.node_probs is None else self.node_probs[at.to(self.node_probs.device)],
+                             source)
+
+    def draft_node(self, node: int) -> int:
+        """Node ``node``'s index in the drafter's own numbering (see ``source_index``)."""
+        return int(node) if self.source_index is None else int(self.source_index[int(node)])
 
     @classmethod
     def chain(cls, tokens: torch.Tensor | list[int], q_draft: torch.Tensor | None = None,
@@ -292,10 +335,7 @@ def policy_continues(request: DraftRequest, depth: int, layer_probs: np.ndarray,
     hook = getattr(request.policy, "continue_drafting", None)
     if hook is None:
         return True
-    layer = np.sort(np.asarray(layer_probs, dtype=np.float64))[::-1].copy()
-    best = float(layer[0]) if layer.size else 0.0
-    cond = min(1.0, best / max(float(parent_best), 1e-300))
-    return bool(hook(DraftStep(int(depth), request.context_length, layer, best, cond)))
+    return bool(hook(layer_draft_step(depth, request.context_length, layer_probs, parent_best)))
 
 
 def policy_verify_size(request: DraftRequest, depth: int, node_probs: np.ndarray, default: int) -> int:

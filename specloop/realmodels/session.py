@@ -1,0 +1,370 @@
+"""One prompt of real speculative decoding as an engine of the one round loop.
+
+A `DecodeSession` holds the target's KV cache, the drafter and the committed sequence of
+one prompt; `SpeculativeDecoder.generate` is a loop of `drive_round` over it, and the LTD
+recorder and the real LTD environment step the same session. One round (state: the
+target's cache holds ``seq[:-1]``; ``seq[-1]`` is the pending token)::
+
+    start_round(plan)      -> depth cap (max_new_tokens, context window)
+    draft(hooks)           proposal = drafter.propose(DraftRequest(.., policy=hooks))
+                           (drafters that draft step by step ask the hooks themselves;
+                           for the others the session reveals the proposal to the hooks
+                           step by step and keeps what they choose)
+    verify(hooks)          logits = target([pending] + nodes, tree mask, positions)
+                           outcome = verify_tree / verify_greedy
+                           cache <- prefix + pending + accepted nodes
+                           observation = drafter.observe(VerifyFeedback)  (e.g. its loss)
+                           -> the complete RoundRecord (loss folded in, seconds)
+
+Generation stops at EOS (also inside an accepted block: tokens after it are dropped), at
+``max_new_tokens`` (never exceeded) or at the context window. Sources: Leviathan et al.
+2023 / Chen et al. 2023 (chain), SpecInfer (tree), OnlineSpec Algorithm 1 (feedback).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+
+from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
+from specloop.realmodels.kvcache import cache_length, causal_forward, keep_positions, model_forward, new_cache
+from specloop.realmodels.padding import pad_block
+from specloop.realmodels.sampling import check_finite, processed_probs
+from specloop.realmodels.tree import node_depths, verify_block_inputs
+from specloop.realmodels.verify import VerifyOutcome, children_lists, verify_greedy, verify_tree
+from specloop.record import RoundRecord, Trace
+from specloop.strategies.base import DraftPlan, PlanState, TreeCandidates
+from specloop.strategies.engine import RoundHooks, chain_step, layer_draft_step
+from specloop.strategies.ltd import select_subtree
+
+__all__ = ["DecodeSession", "TargetPass"]
+
+
+class TargetPass:
+    """The target's verification forward over one proposal (`DecodeSession.target_pass`).
+
+    Attributes:
+        proposal: the verified `DraftProposal` (n nodes).
+        logits: float32 (n + 1, V): row 0 after the pending token, row i + 1 after node i.
+        hidden: tuple of (n + 1, H) hidden states (the drafter's ``needs_target_hidden``
+            layers) or None.
+        cache_length: the cache length before the forward (positions of the block
+            start there).
+    """
+
+    def __init__(self, proposal: DraftProposal, logits: torch.Tensor, hidden, cache_len: int):
+        self.proposal, self.logits, self.hidden, self.cache_length = proposal, logits, hidden, cache_len
+        self._argmax = None
+
+    @property
+    def argmax(self) -> torch.Tensor:
+        """int64 (n + 1,): the target's greedy token after the pending token and each node
+        (``max(-1).indices``: the first maximal index, as argmax)."""
+        if self._argmax is None:
+            self._argmax = self.logits.max(-1).indices
+        return self._argmax
+
+
+class DecodeSession:
+    """One prompt's decoding state, stepped one round at a time (`RoundEngine`).
+
+    Args:
+        decoder: the `SpeculativeDecoder` (target, drafter, sampling, generator, EOS,
+            verification widths).
+        prompt_ids: int64 (L,) validated prompt.
+        max_new_tokens: cap on generated tokens (int >= 0).
+        stream_index: written into each record.
+        on_tokens: called with the committed token ids after each round.
+
+    Use: ``session.prefill()`` once, then `drive_round(policy, session)` until
+    ``session.done``; ``session.result()`` gives the `GenerationResult`.
+    """
+
+    def __init__(self, decoder, prompt_ids: torch.Tensor, max_new_tokens: int, stream_index: int = 0,
+                 on_tokens: Callable[[list[int]], None] | None = None):
+        self.decoder, self.drafter = decoder, decoder.drafter
+        self.ids, self.max_new_tokens = prompt_ids, int(max_new_tokens)
+        self.stream_index, self.on_tokens = int(stream_index), on_tokens
+        self.cache = new_cache()
+        self.seq: list[int] = prompt_ids.tolist()
+        self.new_tokens: list[int] = []
+        self.trace = Trace([], {"drafter": getattr(self.drafter, "name", "?")})
+        self.stop_reason = "length"
+        self.prefill_time = 0.0
+        self._finished = False
+
+    # -- prefill ---------------------------------------------------------------------
+    def prefill(self) -> float:
+        """Feed the prompt without its last token into the cache and reset the drafter
+        (with the target's hidden states where it needs them). Returns the seconds."""
+        clock, hidden = self.decoder._clock, None
+        t0 = clock()
+        prefix = self.ids[:-1]
+        layers = tuple(self.drafter.needs_target_hidden)
+        if prefix.numel():
+            out = causal_forward(self.decoder.model, self.cache, prefix, bool(layers), logits_to_keep=1)
+            check_finite(out.logits, "target model")
+            if layers:
+                hidden = tuple(out.hidden_states[i][0] for i in layers)
+        self.drafter.reset(self.ids.clone(), target_hidden=hidden)
+        self.prefill_time = clock() - t0
+        self.trace.meta["prefill_time"] = self.prefill_time
+        return self.prefill_time
+
+    @property
+    def remaining(self) -> int:
+        """Tokens still allowed before ``max_new_tokens``."""
+        return self.max_new_tokens - len(self.new_tokens)
+
+    @property
+    def room(self) -> int:
+        """Free positions of the context window."""
+        return self.decoder.context_window - len(self.seq)
+
+    @property
+    def done(self) -> bool:
+        """True once EOS, ``max_new_tokens`` or the context window stopped generation."""
+        if self._finished or self.remaining <= 0:
+            return True
+        if self.room <= 0:
+            self.stop_reason = "context"
+            return True
+        return False
+
+    # -- the RoundEngine protocol ------------------------------------------------------------
+    def plan_state(self) -> PlanState:
+        return PlanState(len(self.trace), len(self.seq), self.remaining)
+
+    def start_round(self, plan: DraftPlan) -> int:
+        """Start the clock; the depth cap: the plan's k, at most remaining - 1 and
+        room - 1 (the bonus token always fits)."""
+        if self.done:
+            raise ValueError("the session is finished (EOS, max_new_tokens or the context window)")
+        self._t0 = self.decoder._clock()
+        self._plan = plan
+        self._cap = max(0, min(int(plan.num_draft_tokens), self.remaining - 1, self.room - 1))
+        return self._cap
+
+    def draft(self, hooks: RoundHooks) -> None:
+        """Propose (the drafter may ask ``hooks``), clip to the cap, and apply the
+        policy's hooks to drafters that do not ask them."""
+        self._proposal = self.propose(self._plan, hooks)
+        self._t1 = self.decoder._clock()
+
+    def verify(self, hooks: RoundHooks) -> RoundRecord:
+        """Verify this round's proposal, commit, feed back; the complete record."""
+        return self.commit(self.target_pass(self._proposal))
+
+    # -- the round's parts (also used by the LTD recorder / environment) ------------------
+    def propose(self, plan: DraftPlan, hooks: RoundHooks | None = None) -> DraftProposal:
+        """The drafter's proposal for ``plan`` within the round's cap (ValueError for
+        token ids outside the target's vocabulary or a larger draft vocabulary)."""
+        cap = self._cap
+        if cap <= 0:
+            return DraftProposal.empty()
+        d = self.decoder
+        ids = torch.tensor(self.seq, dtype=torch.long, device=d.device)
+        request = DraftRequest(ids, plan, self.room - 1, d.sampling, d.generator, len(self.trace), hooks)
+        proposal = self._clip(self.drafter.propose(request), cap, self.room - 1)
+        if hooks is not None and not hooks.asked and _has_hooks(hooks.policy):
+            proposal = _apply_hooks(proposal, hooks, len(self.seq))
+        return proposal
+
+    def _clip(self, proposal: DraftProposal, max_depth: int, max_nodes: int) -> DraftProposal:
+        """Check a proposal and drop nodes deeper than ``max_depth`` or beyond
+        ``max_nodes`` (both keep the tree closed under ancestors)."""
+        if proposal.size == 0:
+            return proposal
+        vocab = self.decoder.vocab_size
+        tokens = proposal.tokens.reshape(-1)
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab:
+            raise ValueError(f"drafter proposed token ids outside [0, {vocab}) (min {low}, max {high}): the "
+                             "draft's vocabulary is larger than / different from the target's")
+        q = proposal.q_draft
+        if q is not None and q.shape[-1] > vocab:
+            raise ValueError(f"draft vocabulary ({q.shape[-1]}) is larger than the target's ({vocab}); "
+                             "refusing to verify")
+        if tokens.device.type != "cpu" or proposal.parents.device.type != "cpu":
+            proposal = dataclasses.replace(proposal, tokens=tokens.cpu(), parents=proposal.parents.cpu())
+        depths = node_depths(proposal.parents)
+        keep = (depths <= max_depth) & (torch.arange(proposal.size) < max_nodes)
+        if bool(keep.all()):
+            return proposal
+        return proposal.subset(torch.nonzero(keep).reshape(-1))
+
+    def target_pass(self, proposal: DraftProposal) -> TargetPass:
+        """The target's one verification forward over [pending] + the proposal's nodes
+        (tree mask, padded to the calibrated width; padding rows dropped)."""
+        d = self.decoder
+        cache_len = cache_length(self.cache)
+        size = proposal.size + 1
+        tokens, parents = pad_block(proposal.tokens.cpu(), proposal.parents.cpu(), d._verify_width(size),
+                                    self.seq[-1])
+        mask, positions = verify_block_inputs(parents, cache_len, d.dtype, d.device)
+        block = torch.cat([torch.tensor(self.seq[-1:], dtype=torch.long), tokens])
+        logits, hidden = d._forward(self.cache, block, mask, positions)
+        return TargetPass(proposal, logits[:size], hidden, cache_len)
+
+    def accept(self, passed: TargetPass) -> tuple[VerifyOutcome, torch.Tensor | None]:
+        """The accepted path and next token (greedy fast path or `verify_tree`), and
+        the target's processed probabilities (None on the greedy fast path)."""
+        d, proposal = self.decoder, passed.proposal
+        if d.sampling.greedy and proposal.q_draft is None:
+            outcome = verify_greedy(passed.argmax.tolist(), proposal.tokens.tolist(), proposal.parents.tolist(),
+                                    d.generator)
+            return outcome, None
+        p_target = processed_probs(passed.logits, d.sampling)
+        return verify_tree(p_target, proposal.tokens.cpu(), proposal.parents.cpu(), proposal.q_draft,
+                           d.generator), p_target
+
+    def commit(self, passed: TargetPass, root_only: bool = False) -> RoundRecord:
+        """Accept, prune the cache to the accepted path, feed the drafter back and
+        return the round's complete record.
+
+        Args:
+            passed: this round's `TargetPass`.
+            root_only: commit only the target's greedy token at the pending token (the
+                LTD recorder: the output is then plain greedy decoding).
+        """
+        proposal = passed.proposal
+        if root_only:
+            outcome, p_target = VerifyOutcome((), int(passed.argmax[0]), ()), None
+        else:
+            outcome, p_target = self.accept(passed)
+        accepted = list(outcome.accepted_nodes)
+        keep = torch.cat([torch.arange(passed.cache_length + 1),
+                          passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
+        keep_positions(self.cache, keep)
+        committed, eos = self._truncate([int(proposal.tokens[j]) for j in accepted] + [outcome.next_token])
+        t2 = self.decoder._clock()
+        observation = self.drafter.observe(self._feedback(passed, outcome, p_target, committed, eos))
+        t3 = self.decoder._clock()
+        record = RoundRecord(
+            round_index=len(self.trace), stream_index=self.stream_index, num_draft_tokens=proposal.size,
+            tree_depth=proposal.depth, verified_tokens=proposal.size + 1,
+            accepted_tokens=min(len(accepted), len(committed)), tokens_per_round=len(committed),
+            draft_time=self._t1 - self._t0, verify_time=t2 - self._t1, update_time=t3 - t2,
+            acceptance_probs=_position_acceptance(passed, p_target, proposal, accepted),
+            child_acceptance_ratios=outcome.acceptance_probs, loss=_observed_loss(observation))
+        self.trace.append(record)
+        self.seq.extend(committed)
+        self.new_tokens.extend(committed)
+        if eos:
+            self._finished, self.stop_reason = True, "eos"
+        if self.on_tokens is not None:
+            self.on_tokens(committed)
+        return record
+
+    def _feedback(self, passed: TargetPass, outcome: VerifyOutcome, p_target, committed: list[int],
+                  eos: bool) -> VerifyFeedback:
+        accepted = list(outcome.accepted_nodes)
+        rows = [0] + [1 + j for j in accepted]
+        row_logits = passed.logits[rows]
+        if p_target is None:  # greedy fast path: the one-hot rows of the accepted path only
+            row_probs = torch.zeros_like(row_logits).scatter_(-1, passed.argmax[rows].reshape(-1, 1), 1.0)
+        else:
+            row_probs = p_target[rows]
+        hidden = passed.hidden
+        return VerifyFeedback(
+            proposal=passed.proposal, accepted_nodes=tuple(accepted),
+            committed_tokens=torch.tensor(committed, dtype=torch.long), p_target=row_probs,
+            target_logits=row_logits, target_hidden=None if hidden is None else tuple(h[rows] for h in hidden),
+            acceptance_probs=outcome.acceptance_probs,
+            finished=eos or len(committed) >= self.remaining)
+
+    def _truncate(self, committed: list[int]) -> tuple[list[int], bool]:
+        """Cut at the first EOS (kept) and at the remaining tokens."""
+        remaining = self.remaining
+        for i, tok in enumerate(committed):
+            if tok in self.decoder.eos_ids:
+                return committed[: min(i + 1, remaining)], i + 1 <= remaining
+        return committed[:remaining], False
+
+    def result(self):
+        """The `GenerationResult` of the prompt so far."""
+        from specloop.realmodels.decoder import GenerationResult
+        return GenerationResult(self.ids, list(self.new_tokens), self.trace, self.stop_reason, self.prefill_time)
+
+
+def _has_hooks(policy) -> bool:
+    return hasattr(policy, "continue_drafting") or hasattr(policy, "verify_size")
+
+
+def _apply_hooks(proposal: DraftProposal, hooks: RoundHooks, context_length: int) -> DraftProposal:
+    """Reveal a drafter's whole proposal to the policy's hooks one level at a time (for
+    drafters that do not ask them while drafting: a level depends only on the levels
+    above it, so the depth-<=D part of the proposal is what the drafter would have
+    drafted to D) and keep the levels and the V nodes they choose. Node probabilities:
+    the proposal's ``node_probs``, else the path product of its q_draft rows, else 1
+    (a deterministic draft is certain of its tokens)."""
+    if proposal.size == 0:
+        return proposal
+    depths = proposal.depths().numpy()
+    parents = proposal.parents.cpu().numpy()
+    probs = _node_probs(proposal, parents)
+    depth, parent_best = 1, 1.0
+    while True:
+        layer = probs[depths == depth]
+        if proposal.is_chain:
+            step = chain_step(depth, context_length, float(probs[depth - 1] / parent_best), float(layer[0]))
+        else:
+            step = layer_draft_step(depth, context_length, layer, parent_best)
+        if depth >= int(depths.max()) or not hooks.continue_drafting(step):
+            break
+        parent_best, depth = float(layer.max()), depth + 1
+    size = int((depths <= depth).sum())
+    if not proposal.is_chain:
+        size = hooks.verify_size(TreeCandidates(depth, context_length, probs[depths <= depth].copy()))
+    return proposal.subset(select_subtree(depths, parents, probs, depth, size))
+
+
+def _node_probs(proposal: DraftProposal, parents: np.ndarray) -> np.ndarray:
+    if proposal.node_probs is not None:
+        return proposal.node_probs.double().cpu().numpy()
+    probs = np.ones(proposal.size)
+    if proposal.q_draft is not None:
+        tokens = proposal.tokens.cpu()
+        own = proposal.q_draft.double().cpu().gather(1, tokens.reshape(-1, 1)).reshape(-1).numpy()
+        for i, par in enumerate(parents):
+            probs[i] = own[i] * (probs[par] if par >= 0 else 1.0)
+    return probs
+
+
+def _position_acceptance(passed: TargetPass, p_target, proposal: DraftProposal, accepted: list[int]) -> tuple:
+    """Acc_j = sum_x min(p_j(x), q_j(x)) at each verified position j along the accepted
+    path and the first position past it that had a drafted child (the first child tried
+    there): the draft's per-position acceptance probability (a point-mass q gives
+    p_j(x_j); greedy p is one-hot)."""
+    if proposal.size == 0:
+        return ()
+    kids = children_lists(proposal.parents.cpu())
+    out, parent = [], -1
+    for j in range(len(accepted) + 1):
+        node = accepted[j] if j < len(accepted) else (kids.get(parent) or [None])[0]
+        if node is None:
+            break
+        token = int(proposal.tokens[node])
+        if p_target is None:                              # greedy, point-mass draft
+            out.append(float(int(passed.argmax[parent + 1]) == token))
+        else:
+            p = p_target[parent + 1].double().cpu()
+            if proposal.q_draft is None:
+                out.append(float(p[token]))
+            else:
+                q = proposal.q_draft[node].double().cpu()
+                out.append(float(torch.minimum(p[: q.shape[0]], q).sum()))
+        parent = node
+    return tuple(out)
+
+
+def _observed_loss(observation) -> float:
+    """The loss a drafter's ``observe`` reported (a float, a mapping with "loss", or None)."""
+    if observation is None:
+        return math.nan
+    if isinstance(observation, dict):
+        return float(observation.get("loss", math.nan))
+    return float(observation)
