@@ -14,7 +14,7 @@ import json
 import sys
 import time
 
-__all__ = ["register", "run", "encode_prompt"]
+__all__ = ["register", "run", "encode_prompt", "check_args"]
 
 
 def register(subparsers) -> None:
@@ -29,7 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="tokens to generate, >= 1 (default 128)")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--verify-widths", choices=["none", "auto"], default="none",
                         help="auto: pad verify blocks to the width this device runs fastest "
@@ -78,18 +78,43 @@ def _plain_decode(model, ids: list[int], max_new_tokens: int, sampling, seed: in
     return out[0, len(ids):].tolist(), time.perf_counter() - t0
 
 
+def check_args(args):
+    """Validate every option before any model work; returns (sampling, policy).
+
+    Raises:
+        ValueError: an empty prompt, ``--max-new-tokens`` < 1 (HF ``generate``, the
+            baseline, refuses 0, so 0 is refused up front rather than after
+            decoding), a bad sampling setting, ``--check-greedy`` with
+            ``--temperature`` > 0, a bad ``--tree`` (including ``depth=`` deeper
+            than the branching list), k < 0, a bad or missing ``--device``, an
+            unknown ``--draft`` (the message lists the registered drafters).
+    """
+    from specloop.realmodels.drafters.registry import check_drafter_name
+    from specloop.realmodels.loading import check_device
+    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
+    from specloop.realmodels.sampling import SamplingConfig
+
+    if not args.prompt or not args.prompt.strip():
+        raise ValueError("empty prompt: give --prompt some text")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    if args.check_greedy and not sampling.greedy:
+        raise ValueError("--check-greedy compares with plain greedy decoding: it needs --temperature 0")
+    tree = parse_tree_shape(args.tree) if args.tree else None
+    policy = FixedDraftPolicy(args.num_draft_tokens, tree)
+    check_device(args.device)
+    check_drafter_name(args.draft)
+    return sampling, policy
+
+
 def run(args) -> int:
     from specloop.realmodels.decoder import SpeculativeDecoder
     from specloop.realmodels.drafters.registry import make_drafter
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
     from specloop.realmodels.sampling import SamplingConfig
 
-    if args.max_new_tokens < 0:
-        raise ValueError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    tree = parse_tree_shape(args.tree) if args.tree else None
-    policy = FixedDraftPolicy(args.num_draft_tokens, tree)
+    sampling, policy = check_args(args)
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     ids = encode_prompt(target.tokenizer, args.prompt, args.raw)
     drafter = make_drafter(args.draft, target, dtype=args.dtype, device=args.device)
@@ -122,8 +147,6 @@ def run(args) -> int:
             out["baseline_tokens_per_s"] = len(base_tokens) / base_seconds
             out["speedup"] = out["tokens_per_s"] / out["baseline_tokens_per_s"]
         if args.check_greedy:
-            if not sampling.greedy:
-                raise ValueError("--check-greedy needs --temperature 0")
             out["identical_to_greedy"] = base_tokens == new
             status = 0 if out["identical_to_greedy"] else 1
     _report(out, args.json)

@@ -38,9 +38,10 @@ def parse_tree_shape(shape: str) -> TreePlan:
 
     ``"3x2x1"`` or ``"3,2,1"``: static branching per depth; ``"topk=4,depth=6"``:
     an EAGLE-2 dynamic tree; an optional ``",v=32"`` sets the verification size.
+    A branching list may take ``depth=D`` with D <= its length (a shallower cut).
 
     Raises:
-        ValueError: anything else.
+        ValueError: anything else, including ``depth=`` deeper than the branching list.
     """
     text = shape.strip().lower()
     if not text:
@@ -66,4 +67,8 @@ def parse_tree_shape(shape: str) -> TreePlan:
         return TreePlan(top_k=fields["topk"], max_depth=fields.get("depth", 5), verify_size=fields.get("v"))
     if not branching:
         raise ValueError(f"--tree {shape!r} has no branching factors")
+    if fields.get("depth", len(branching)) > len(branching):
+        raise ValueError(f"--tree {shape!r}: depth={fields['depth']} is deeper than its {len(branching)} "
+                         f"branching factors; give one factor per level (e.g. "
+                         f"{'x'.join(map(str, branching + [1] * (fields['depth'] - len(branching))))})")
     return TreePlan(branching=tuple(branching), max_depth=fields.get("depth"), verify_size=fields.get("v"))

@@ -10,6 +10,7 @@ distributions are one-hot at the argmax (ties broken towards the lowest id, as
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -28,7 +29,8 @@ class SamplingConfig:
             (nucleus; None or 1.0 = all), applied after top-k, as transformers does.
 
     Raises:
-        ValueError: temperature < 0 or not finite, top_k < 0, top_p not in (0, 1].
+        ValueError: temperature not a finite real number >= 0, top_k not an
+            integer >= 0 (2.5 and True are refused), top_p not a real number in (0, 1].
     """
 
     temperature: float = 0.0
@@ -36,16 +38,22 @@ class SamplingConfig:
     top_p: float | None = None
 
     def __post_init__(self) -> None:
-        if not math.isfinite(self.temperature) or self.temperature < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if self.top_k is not None and int(self.top_k) < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.top_p is not None and not (0.0 < float(self.top_p) <= 1.0):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not _is_real(self.temperature) or not math.isfinite(self.temperature) or self.temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if self.top_k is not None and (not isinstance(self.top_k, numbers.Integral) or isinstance(self.top_k, bool)
+                                       or self.top_k < 0):
+            raise ValueError(f"top_k must be an integer >= 0 (or None), got {self.top_k!r}")
+        if self.top_p is not None and (not _is_real(self.top_p) or not (0.0 < float(self.top_p) <= 1.0)):
+            raise ValueError(f"top_p must be a number in (0, 1], got {self.top_p!r}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def _is_real(value) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def check_finite(logits: torch.Tensor, who: str) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-__all__ = ["register_drafter", "make_drafter", "drafter_names"]
+__all__ = ["register_drafter", "make_drafter", "drafter_names", "check_drafter_name"]
 
 DrafterFactory = Callable[..., Any]
 _FACTORIES: dict[str, DrafterFactory] = {}
@@ -43,6 +43,23 @@ def drafter_names() -> list[str]:
     return list(_FACTORIES)
 
 
+def check_drafter_name(name: str) -> None:
+    """Refuse, before any model is loaded, a ``name`` that is neither a registered
+    drafter nor a draft model `load_model` can find (`loading.model_exists_locally`).
+
+    Raises:
+        ValueError: naming the registered drafters and the embedded model names.
+    """
+    _ensure_builtins()
+    if name in _FACTORIES:
+        return
+    from specloop.realmodels.loading import model_exists_locally, registry_names
+    if not model_exists_locally(name):
+        raise ValueError(f"unknown drafter {name!r}: registered drafters are {', '.join(_FACTORIES)}; "
+                         f"or give a draft model: {', '.join(registry_names())}, a local path "
+                         "or an HF id in the local HF cache")
+
+
 def make_drafter(name: str, target: Any, **options: Any):
     """Build a drafter by name for ``target`` (a `LoadedModel`).
 
@@ -50,9 +67,10 @@ def make_drafter(name: str, target: Any, **options: Any):
     HF id in the local cache, GGUF file or directory).
 
     Raises:
-        FileNotFoundError / ValueError: from the factory or model loading.
+        ValueError: an unknown name (`check_drafter_name`); FileNotFoundError /
+            ValueError from the factory or model loading.
     """
-    _ensure_builtins()
+    check_drafter_name(name)
     if name in _FACTORIES:
         return _FACTORIES[name](target, **options)
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
