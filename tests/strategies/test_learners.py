@@ -1,5 +1,8 @@
-"""Online learners: one conformance suite over every learner x {NumPy, torch}, plus
-the regret bounds of OnlineSpec Corollaries 1-3 where their assumptions hold."""
+"""Online learners: one conformance suite over every learner x {NumPy, torch} -- the
+hand-built configurations below and every learner of the registry
+(`specloop.strategies.registry`), plain and inside the RMS `Preconditioned` wrapper,
+driven through their declared feedback -- plus the regret bounds of OnlineSpec
+Corollaries 1-3 where their assumptions hold."""
 from __future__ import annotations
 
 import functools
@@ -15,6 +18,7 @@ from specloop.strategies import (OGD, HedgeEnsemble, OnlineLearner, OptimisticEn
                                  OptimisticOGD, OSDDistillation, default_num_learners,
                                  geometric_learning_rates)
 from specloop.strategies import _arrays as A
+from specloop.strategies.registry import LEARNER_NAMES, learner_feedback, learns_from_round, make_learner
 from specloop.theory.regret import (corollary1_regret_bound, corollary3_num_base_learners,
                                     corollary3_regret_bound)
 from tests.strategies import convex_streams
@@ -69,18 +73,53 @@ LEARNERS = {
                    "oracle"),
     "osd-feedback-adam": (_osd_data, "feedback"),
 }
+
+# every registered learner, built by the registry, plain and RMS-preconditioned; driven
+# in "protocol" mode: each gets the feedback it declares (`learner_feedback`)
+_REGISTRY_LR = {"ogd": 0.5, "optimistic": 0.5, "ensemble": 0.05, "optimistic-ensemble": 0.05, "osd": 0.3}
+_RMS_LR = {"ogd": 0.05, "optimistic": 0.05, "ensemble": 0.01, "optimistic-ensemble": 0.01, "osd": 0.3}
+
+
+def _registered(name: str, precondition: str = "none"):
+    lr = (_RMS_LR if precondition == "rms" else _REGISTRY_LR)[name]
+    return lambda seed: make_learner(name, lr, radius=RADIUS, seed=seed, num_learners=5, meta_lr=2.0,
+                                     update_every=3, batch_size=2, optimizer="adam",
+                                     loss_and_grad=lambda params, ctx, p: ce_oracle(params, ctx, p),
+                                     precondition=precondition)
+
+
+REGISTERED = {f"registry-{n}": (_registered(n), "protocol") for n in LEARNER_NAMES}
+REGISTERED.update({f"registry-rms-{n}": (_registered(n, "rms"), "protocol") for n in LEARNER_NAMES})
+LEARNERS.update(REGISTERED)
 BACKENDS = ("numpy", "torch")
+#: which rounds "reject a draft token" in protocol mode (a fixed pattern)
+REJECTED = (True, False, True, True, False)
+
+
+def feedback(learner, mode: str, params, t: int):
+    """Round t's feedback as an engine gives it: returns (loss, grads, oracle for step).
+    "feedback": the round's (context, p_target) through add_feedback; "oracle": an
+    oracle to step; "protocol": what the learner declares -- "rejections" learners get
+    rejected rounds through add_feedback, "played" ones the oracle."""
+    loss, grads = ce_oracle(params)
+    if mode == "protocol":
+        if learner_feedback(learner) == "rejections":
+            if learns_from_round(learner, REJECTED[t % len(REJECTED)]):
+                learner.add_feedback(context=X, p_target=P)
+            return loss, grads, None
+        return loss, grads, ce_oracle
+    if mode == "feedback":
+        learner.add_feedback(context=X, p_target=P)
+    return loss, grads, ce_oracle if mode == "oracle" else None
 
 
 def drive(learner, mode: str, params, rounds: int):
     """Play ``rounds`` rounds on the fixed problem; returns (params, losses)."""
     losses = []
-    for _ in range(rounds):
-        loss, grads = ce_oracle(params)
+    for t in range(rounds):
+        loss, grads, oracle = feedback(learner, mode, params, t)
         losses.append(loss)
-        if mode == "feedback":
-            learner.add_feedback(context=X, p_target=P)
-        params = learner.step(params, grads, loss, oracle=ce_oracle if mode == "oracle" else None)
+        params = learner.step(params, grads, loss, oracle=oracle)
     return params, losses
 
 
@@ -113,12 +152,10 @@ def test_shapes_namespace_dtype_and_no_mutation(learner_case, backend, dtype):
     factory, mode = learner_case
     learner = factory(0)
     params = init_params(backend, dtype)
-    for _ in range(4):
-        loss, grads = ce_oracle(params)
+    for t in range(4):
+        loss, grads, oracle = feedback(learner, mode, params, t)
         before_p, before_g = _np(params), _np(grads)
-        if mode == "feedback":
-            learner.add_feedback(context=X, p_target=P)
-        out = learner.step(params, grads, loss, oracle=ce_oracle if mode == "oracle" else None)
+        out = learner.step(params, grads, loss, oracle=oracle)
         for arr, ref in zip(params, before_p):
             np.testing.assert_array_equal(_np([arr])[0], ref)
         for arr, ref in zip(grads, before_g):
@@ -345,12 +382,10 @@ def test_torch_parameters_with_autograd(learner_case):
     """nn.Parameter inputs (requires_grad) give plain detached tensors, inputs untouched."""
     factory, mode = learner_case
     params = [torch.nn.Parameter(t) for t in init_params("torch")]
-    loss, grads = ce_oracle([p.detach() for p in params])
     learner = factory(0)
-    if mode == "feedback":
-        learner.add_feedback(context=X, p_target=P)
+    loss, grads, oracle = feedback(learner, mode, [p.detach() for p in params], 0)
     before = _np(params)
-    out = learner.step(params, grads, loss, oracle=ce_oracle if mode == "oracle" else None)
+    out = learner.step(params, grads, loss, oracle=oracle)
     assert all(not o.requires_grad for o in out)
     for p, ref in zip(params, before):
         np.testing.assert_array_equal(p.detach().numpy(), ref)

@@ -58,7 +58,6 @@ class OnlineAdapter:
                                     meta_lr=config.meta_lr, seed=config.seed,
                                     osd_update_every=config.osd_interval if config.mode == "round" else 1,
                                     precondition=config.precondition, rms_decay=config.rms_decay)
-        self.learns_played = learner_feedback(self.learner) == "played"
         self.rng = np.random.default_rng(config.seed)
         self.buffer: list[FeatureSample] = []
         self.chunk_samples: list[FeatureSample] = []
@@ -73,6 +72,12 @@ class OnlineAdapter:
         self._error: BaseException | None = None
         self._sample_losses: tuple[Any, float] | None = None   # (first sample, its loss) of the last _loss_grad
         self._played_losses: tuple[Any, float] | None = None   # the same at the played point of the last _step
+
+    @property
+    def learns_played(self) -> bool:
+        """Whether the learner learns from the played point's gradient (its declared
+        ``feedback`` is "played"), rather than from handed-over rejections (OSD)."""
+        return learner_feedback(self.learner) == "played"
 
     @property
     def rms(self) -> list[torch.Tensor] | None:
