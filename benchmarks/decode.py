@@ -62,6 +62,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# --quick without --only: HF greedy and prompt lookup, our plain decoding, the n-gram
+# tree (issue 5's target row) and the learned-length chain (the best n-gram row of the
+# full runs), the best trained-head chain and tree (Hydra in benchmarks/results/
+# decode_heads.json) and the hybrid (prompt lookup, else EAGLE-3).
+QUICK_METHODS = ("hf-prompt-lookup-*", "specloop-greedy", "specloop-ngram-tree", "specloop-ngram-learned",
+                 "specloop-hydra-chain-k*", "specloop-hydra-tree", "specloop-hybrid-tree")
+QUICK_HEADS = ("hydra", "eagle3")     # eagle3: the hybrid's head
 
 
 def _prompts(tokenizer, datasets: list[str], limit: int) -> list[tuple[str, str, list[int]]]:
@@ -176,14 +183,25 @@ def _methods(target, args) -> dict:
         assistant = drafter.lm.model
         methods["hf-assisted"] = _hf_runner(target.model, eos, assistant_model=assistant)
     methods.update(_head_methods(target, args))
-    if args.only:
-        from fnmatch import fnmatchcase
-        missing = [pat for pat in args.only if not any(fnmatchcase(name, pat) for name in methods)]
-        if missing:
-            raise ValueError(f"--only names unknown methods {missing}; known: {sorted(methods)}")
-        methods = {name: run for name, run in methods.items()
-                   if name == "hf-greedy" or any(fnmatchcase(name, pat) for pat in args.only)}
-    return methods
+    return select_methods(methods, args.only, strict=not args.quick_selection)
+
+
+def select_methods(methods: dict, only: list[str], strict: bool = True) -> dict:
+    """The ``methods`` whose names match a pattern of ``only`` (shell patterns; all of
+    them when ``only`` is empty), plus ``hf-greedy`` (every speedup's baseline).
+
+    Raises:
+        ValueError: ``strict`` and a pattern that matches no method (``--quick``'s own
+            list is not strict: a trained head that is not shipped is skipped).
+    """
+    if not only:
+        return methods
+    from fnmatch import fnmatchcase
+    missing = [pat for pat in only if not any(fnmatchcase(name, pat) for name in methods)]
+    if missing and strict:
+        raise ValueError(f"--only names unknown methods {missing}; known: {sorted(methods)}")
+    return {name: run for name, run in methods.items()
+            if name == "hf-greedy" or any(fnmatchcase(name, pat) for pat in only)}
 
 
 def _bench_dtype(dtype: str, prompts, args) -> dict:
@@ -277,10 +295,27 @@ def _ratios(results: dict) -> None:
             row["vs_hf_prompt_lookup"] = row["tokens_per_s"] / best_lookup
 
 
+def apply_quick(args: argparse.Namespace) -> argparse.Namespace:
+    """``--quick``: 2 prompts per dataset, 1 repeat, 48 tokens, and, unless ``--only``
+    is given, only `QUICK_METHODS` (no datastore index, only the `QUICK_HEADS`
+    loaded); every other method is timed in the full run."""
+    args.quick_selection = False
+    if args.quick:
+        args.prompts, args.repeats, args.max_new_tokens, args.verify_repeats = 2, 1, 48, 2
+        args.quick_selection = not args.only
+        if args.quick_selection:
+            args.only = ",".join(QUICK_METHODS)
+            args.datastore = False
+            args.heads = ",".join(h for h in str(args.heads).split(",") if h in QUICK_HEADS)
+    return args
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the result JSON on stdout")
-    parser.add_argument("--quick", action="store_true", help="2 prompts per dataset, 1 repeat, 48 tokens")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 prompts per dataset, 1 repeat, 48 tokens; without --only: only the compared "
+                             "rows (QUICK_METHODS), no datastore rows")
     parser.add_argument("--target", default="smollm2-135m")
     parser.add_argument("--draft-model", default=None, help="small-LM draft (and HF assistant) model name")
     parser.add_argument("--datasets", default="humaneval,mt-bench")
@@ -316,9 +351,7 @@ def main(argv=None) -> int:
     parser.add_argument("--verify-repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=RESULTS / "decode.json")
     parser.add_argument("--verify-out", type=Path, default=RESULTS / "decode_verify_cost.json")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.prompts, args.repeats, args.max_new_tokens, args.verify_repeats = 2, 1, 48, 2
+    args = apply_quick(parser.parse_args(argv))
     args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
     args.datastore_nodes = [int(x) for x in str(args.datastore_nodes).split(",") if x]
     args.heads = [x for x in str(args.heads).split(",") if x]
@@ -340,7 +373,7 @@ def main(argv=None) -> int:
             "repeats": args.repeats, "k": args.k, "tree": [args.tree_width, args.tree_depth, args.tree_nodes],
             "datastore": {"enabled": args.datastore, "nodes": args.datastore_nodes,
                           "min_score": args.datastore_min_score},
-            "heads": args.heads, "head_k": args.head_k, "head_tree": args.head_tree,
+            "heads": args.heads, "head_k": args.head_k, "head_tree": args.head_tree, "only": args.only,
             "verify_widths": args.verify_widths, "verify_widths_used": args.widths_used,
             "torch_threads": torch.get_num_threads(), "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "load_avg_before": load_before, "load_avg_after": os.getloadavg(),

@@ -236,6 +236,9 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
                "Speedup = tokens/s of the method / tokens/s of HF greedy generate in the same "
                "precision, same run; timing covers each whole generate call (prefill included).",
                "speedup_vs_prompt_lookup: against the best HF prompt-lookup setting measured.",
+               "At --quick, benchmarks/decode.py times only the rows a reader compares (its QUICK_METHODS: "
+               "HF greedy and prompt lookup, specloop plain, the n-gram tree and learned chain, the Hydra "
+               "chain and tree, the hybrid); the full run times every method.",
                "mean_accepted_length = committed tokens per round (specloop rows only).",
                "HF assisted generation needs a separate small draft model with the target's "
                "tokenizer (benchmarks/decode.py --draft-model); none ships in a package."])

@@ -1,0 +1,50 @@
+"""`benchmarks/decode.py --quick` (the speedup_table part of `reproduce --quick`, issue
+18): only the rows a reader compares are timed; the full run keeps every method."""
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from benchmarks.decode import QUICK_METHODS, apply_quick, select_methods
+
+# every method name of a full run with the shipped heads (benchmarks/results/decode_heads*.json)
+FULL_RUN = (["hf-greedy", "hf-prompt-lookup-3", "hf-prompt-lookup-10", "specloop-greedy", "specloop-ngram-chain",
+             "specloop-ngram-tree", "specloop-ngram-learned", "specloop-datastore-chain",
+             "specloop-datastore-tree-v8", "specloop-datastore-tree-v16", "specloop-hybrid-tree"]
+            + [f"specloop-{h}-{kind}" for h in ("eagle3", "hydra", "eagle", "medusa", "small-lm")
+               for kind in ("chain-k4", "tree")])
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {"quick": True, "only": "", "heads": "eagle3,hydra,eagle,medusa,small-lm", "datastore": True,
+            "prompts": 5, "repeats": 3, "max_new_tokens": 128, "verify_repeats": 5}
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_quick_times_only_the_compared_rows():
+    args = apply_quick(_args())
+    assert (args.prompts, args.repeats, args.max_new_tokens) == (2, 1, 48)
+    assert args.datastore is False and args.heads == "eagle3,hydra"      # eagle3: the hybrid's head
+    chosen = select_methods(dict.fromkeys(FULL_RUN), args.only.split(","), strict=not args.quick_selection)
+    assert list(chosen) == ["hf-greedy", "hf-prompt-lookup-3", "hf-prompt-lookup-10", "specloop-greedy",
+                            "specloop-ngram-tree", "specloop-ngram-learned", "specloop-hybrid-tree",
+                            "specloop-hydra-chain-k4", "specloop-hydra-tree"]
+
+
+def test_quick_skips_a_head_that_is_not_shipped_but_only_is_strict():
+    args = apply_quick(_args())
+    without_hydra = [m for m in FULL_RUN if "hydra" not in m]
+    chosen = select_methods(dict.fromkeys(without_hydra), args.only.split(","), strict=not args.quick_selection)
+    assert "specloop-ngram-tree" in chosen and not any("hydra" in m for m in chosen)
+    with pytest.raises(ValueError, match="unknown methods"):
+        select_methods(dict.fromkeys(without_hydra), ["specloop-hydra-tree"])
+
+
+def test_full_run_and_explicit_only_are_unchanged():
+    full = apply_quick(_args(quick=False))
+    assert full.quick_selection is False and full.datastore is True and full.prompts == 5
+    assert list(select_methods(dict.fromkeys(FULL_RUN), [])) == FULL_RUN
+    mine = apply_quick(_args(only="specloop-medusa-tree"))
+    assert mine.only == "specloop-medusa-tree" and mine.datastore is True and mine.quick_selection is False
+    assert set(QUICK_METHODS) >= {"specloop-greedy", "specloop-hybrid-tree"}
