@@ -20,7 +20,6 @@ dropped), at ``max_new_tokens`` (never exceeded) or at the context window.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -31,38 +30,13 @@ from specloop.realmodels.kvcache import model_forward
 from specloop.realmodels.padding import calibrate_verify_widths, check_widths
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.sampling import SamplingConfig, check_finite
-from specloop.realmodels.session import DecodeSession
+from specloop.realmodels.session import DecodeSession, GenerationResult
 from specloop.record import Trace
 from specloop.strategies.base import DraftPolicy
 from specloop.strategies.engine import drive_round
 
 __all__ = ["SpeculativeDecoder", "GenerationResult", "eos_ids_of", "context_window_of",
            "validate_prompt", "check_max_new_tokens"]
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """Output of `SpeculativeDecoder.generate`.
-
-    Attributes:
-        prompt_ids: int64 (L,) the prompt.
-        new_tokens: generated token ids (<= max_new_tokens, EOS included if hit).
-        trace: one `RoundRecord` per round (``trace.meta`` has prefill_time).
-        stop_reason: "eos", "length" or "context".
-        prefill_time: seconds of the target's prefill (device synchronised).
-    """
-
-    prompt_ids: torch.Tensor
-    new_tokens: list[int]
-    trace: Trace
-    stop_reason: str
-    prefill_time: float = 0.0
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def decode_time(self) -> float:
-        """Seconds of all rounds (draft + verify + update), prefill excluded."""
-        return self.trace.total_time if len(self.trace) else 0.0
 
 
 def eos_ids_of(model, tokenizer=None) -> set[int]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -40,7 +41,32 @@ from specloop.strategies.base import DraftPlan, PlanState, TreeCandidates
 from specloop.strategies.engine import RoundHooks, chain_step, layer_draft_step
 from specloop.strategies.ltd import select_subtree
 
-__all__ = ["DecodeSession", "TargetPass"]
+__all__ = ["DecodeSession", "GenerationResult", "TargetPass"]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """Output of `SpeculativeDecoder.generate`.
+
+    Attributes:
+        prompt_ids: int64 (L,) the prompt.
+        new_tokens: generated token ids (<= max_new_tokens, EOS included if hit).
+        trace: one `RoundRecord` per round (``trace.meta`` has prefill_time).
+        stop_reason: "eos", "length" or "context".
+        prefill_time: seconds of the target's prefill (device synchronised).
+    """
+
+    prompt_ids: torch.Tensor
+    new_tokens: list[int]
+    trace: Trace
+    stop_reason: str
+    prefill_time: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def decode_time(self) -> float:
+        """Seconds of all rounds (draft + verify + update), prefill excluded."""
+        return self.trace.total_time if len(self.trace) else 0.0
 
 
 class TargetPass:
@@ -286,7 +312,6 @@ class DecodeSession:
 
     def result(self):
         """The `GenerationResult` of the prompt so far."""
-        from specloop.realmodels.decoder import GenerationResult
         return GenerationResult(self.ids, list(self.new_tokens), self.trace, self.stop_reason, self.prefill_time)
 
 

@@ -32,6 +32,7 @@ from specloop.sim import _kernels as K
 from specloop.sim.rounds import _BatchSummaries, _check_mode, round_record, validate_table
 from specloop.sim.streams import next_context
 from specloop.strategies.base import TreePlan
+from specloop.strategies.subtree import reindex_parents
 
 __all__ = ["PROPOSALS", "DraftTree", "TreeBatch", "build_tree", "grow_tree", "prune_tree", "verify_trees", "tree_round",
            "simulate_tree_tables", "theory_tokens_tree"]
@@ -193,11 +194,8 @@ def _prune(tree: DraftTree, verify_size: int | None) -> DraftTree:
     order = np.lexsort((nodes, tree.depth[1:], -tree.path_prob[1:]))
     keep = np.sort(nodes[order[:verify_size]])
     keep = np.concatenate(([0], keep))
-    new_index = np.full(tree.parent.shape[0], -1, dtype=np.int64)
-    new_index[keep] = np.arange(keep.size)
-    parent = np.where(tree.parent[keep] >= 0, new_index[tree.parent[keep]], -1)
-    if (parent[1:] < 0).any():
-        raise AssertionError("pruned tree lost a parent")  # cannot happen: path_prob monotone
+    # closed under ancestors (path_prob is monotone), so re-indexing cannot lose a parent
+    parent = reindex_parents(tree.parent, keep)
     return DraftTree(parent, tree.token[keep], tree.node_ctx[keep], tree.depth[keep],
                      tree.path_prob[keep], tree.proposal)
 

@@ -267,16 +267,16 @@ class SmallLMDrafter(BaseDrafter):
             keep = sorted(sorted(range(n), key=lambda i: (-cum[i], i))[:budget])
         else:
             keep = list(range(min(n, budget)))
-        remap = {old: new for new, old in enumerate(keep)}
-        keep = [i for i in keep if parents[i] < 0 or parents[i] in remap]
-        remap = {old: new for new, old in enumerate(keep)}
-        toks = torch.tensor([tokens[i] for i in keep], dtype=torch.long)
-        pars = torch.tensor([remap[parents[i]] if parents[i] >= 0 else -1 for i in keep], dtype=torch.long)
-        q = None if sampling.greedy else torch.stack([rows[i] for i in keep])
-        probs = torch.tensor([cum[i] for i in keep], dtype=torch.float64)
-        proposal = DraftProposal(toks, pars, q, probs)
-        object.__setattr__(proposal, "_draft_index", keep)  # decoder ignores it
-        return proposal
+        kept: set[int] = set()
+        for i in keep:                 # ascending = topological: drop nodes whose parent went
+            if parents[i] < 0 or parents[i] in kept:
+                kept.add(i)
+        full = DraftProposal(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long),
+                             None if sampling.greedy else torch.stack(rows),
+                             torch.tensor(cum, dtype=torch.float64))
+        # the subset's source_index maps each verified node back to its row of the draft's
+        # cache (fed in drafting order), through any later pruning by the decoder
+        return full.subset(sorted(kept))
 
     def observe(self, feedback: VerifyFeedback) -> None:
         self._finish_tree(feedback)
@@ -291,10 +291,9 @@ class SmallLMDrafter(BaseDrafter):
             crop(self.lm.cache, base)
             self.lm.ids = self.lm.ids[:base]
             return
-        index = getattr(feedback.proposal, "_draft_index", None)
         kept = []
         for node in feedback.accepted_nodes:
-            draft_node = index[node] if index is not None else node
+            draft_node = feedback.proposal.draft_node(node)
             if draft_node >= fed:
                 break
             kept.append(draft_node)

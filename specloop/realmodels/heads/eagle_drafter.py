@@ -250,14 +250,11 @@ class EagleDrafter(BaseDrafter):
         budget = int(request.max_tokens)
         drafted = len(tokens) if tree.verify_size is None else int(tree.verify_size)
         budget = min(budget, policy_verify_size(request, depth, [math.exp(v) for v in logcum], drafted))
-        keep = select_nodes(logcum, budget)
-        remap = {old: new for new, old in enumerate(keep)}
         device = request.ids.device
-        toks = torch.tensor([tokens[i] for i in keep], dtype=torch.long, device=device)
-        pars = torch.tensor([remap[parents[i]] if parents[i] >= 0 else -1 for i in keep], dtype=torch.long,
-                            device=device)
-        probs = torch.tensor([logcum[i] for i in keep], dtype=torch.float64).exp()
-        return DraftProposal(toks, pars, None, probs)
+        full = DraftProposal(torch.tensor(tokens, dtype=torch.long, device=device),
+                             torch.tensor(parents, dtype=torch.long, device=device), None,
+                             torch.tensor(logcum, dtype=torch.float64).exp())
+        return full.subset(select_nodes(logcum, budget))
 
 
 def load_eagle_drafter(target, kind: str = "eagle", *, folder=None, train_if_missing: bool = True,

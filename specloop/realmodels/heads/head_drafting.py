@@ -127,13 +127,10 @@ def prune_tree(tokens: list[int], parents: list[int], log_cum: list[float], budg
         if len(chosen) + len(chain) > budget:
             continue
         chosen.update(chain)
-    kept = sorted(chosen)
-    remap = {old: new for new, old in enumerate(kept)}
-    toks = torch.tensor([tokens[i] for i in kept], dtype=torch.long, device=device)
-    pars = torch.tensor([remap[parents[i]] if parents[i] >= 0 else -1 for i in kept],
-                        dtype=torch.long, device=device)
-    probs = torch.tensor([log_cum[i] for i in kept], dtype=torch.float64).exp()
-    return DraftProposal(toks, pars, None, probs)
+    full = DraftProposal(torch.tensor(tokens, dtype=torch.long, device=device),
+                         torch.tensor(parents, dtype=torch.long, device=device), None,
+                         torch.tensor(log_cum, dtype=torch.float64).exp())
+    return full.subset(sorted(chosen))
 
 
 class FeatureHeadDrafter(BaseDrafter):
