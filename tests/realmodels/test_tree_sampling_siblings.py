@@ -10,8 +10,9 @@ p-value 1e-3 (critical value 18.47 at 4 degrees of freedom) the test detects the
 old rule with probability P(ncx2(4, 0.0113 N) > 18.47) = 1 - 1.4e-5 at N = 6000
 (0.79 at N = 2000), while a correct rule fails it with probability 1e-3 (fixed seed,
 so the outcome is deterministic). The pruned case (budget 1 of the two siblings)
-and a decoder-level case with a far draft (tiny random Llamas, exact joint by
-enumeration) guard the selection of sampled nodes as well.
+and decoder-level cases with a far draft (tiny random Llamas, exact joint by
+enumeration, with and without a binding verify budget) guard the selection of
+sampled nodes as well.
 """
 from __future__ import annotations
 
@@ -135,12 +136,14 @@ def _exact_joint(model, prompt: list[int], sampling: SamplingConfig, length: int
     return probs
 
 
-def test_decoder_tree_sampling_far_draft_preserves_target():
+@pytest.mark.parametrize("shape", ["3x2", "3x2,v=3"])
+def test_decoder_tree_sampling_far_draft_preserves_target(shape):
     """Tiny random target and an unrelated draft (first-token TV 0.59, checked
-    > 0.3), tree "2x2", 2 new tokens (the first round's verify budget is 1, so the
-    selection of sampled nodes binds), T = 1: the emitted pairs follow the
-    target's exact joint (chi-square, cells with expected count < 5 pooled; the
-    old code fails it at p ~ 1e-13 with 3000 draws)."""
+    > 0.3), T = 1, tree "3x2" (three sampled root siblings, two children each)
+    and "3x2,v=3" (the verify budget of 3 of the 9 nodes binds), 3 new tokens:
+    the first two emitted tokens follow the target's exact joint (chi-square,
+    cells with expected count < 5 pooled). The old code fails both at p < 1e-4
+    with these 2000 draws (seed 7: 2.7e-8 and 4.5e-9)."""
     target = tiny_llama(VOCAB, seed=0, layers=1, init_range=0.3)
     draft = tiny_llama(VOCAB, seed=3, layers=1, init_range=0.6)
     sampling = SamplingConfig(1.0)
@@ -154,12 +157,12 @@ def test_decoder_tree_sampling_far_draft_preserves_target():
     keys = list(joint)
     probs = np.array([joint[k] for k in keys])
     dec = SpeculativeDecoder(as_loaded(target), SmallLMDrafter(draft),
-                             policy=FixedDraftPolicy(2, parse_tree_shape("2x2")), sampling=sampling,
+                             policy=FixedDraftPolicy(2, parse_tree_shape(shape)), sampling=sampling,
                              eos_token_id=[], seed=7)
     n = 2000
     counts = dict.fromkeys(keys, 0)
     for _ in range(n):
-        counts[tuple(dec.generate(prompt, length).new_tokens)] += 1
+        counts[tuple(dec.generate(prompt, length + 1).new_tokens[:length])] += 1
     observed = np.array([counts[k] for k in keys], dtype=float)
     expected = probs / probs.sum() * n
     small = expected < 5
