@@ -1,25 +1,23 @@
-"""Back ends of ``specloop ltd record`` and ``specloop ltd train|eval --env replay``.
+"""Back ends of ``specloop ltd record`` and ``specloop ltd train|eval --env replay``:
+the flags turned into typed configs, the library called, its result printed.
 
 * ``ltd record`` runs the real decoder once per position of a greedy generation and
   stores every position's full draft tree, the target's tokens at its nodes and the
-  measured costs (`specloop.realmodels.ltd_record`; resumable: a rerun skips prompts
-  already on disk).
+  measured costs (`specloop.realmodels.ltd_eval.record_real`; resumable: a rerun
+  skips prompts already on disk).
 * ``ltd train --env replay`` trains LTD's depth and size policies with PPO on the
-  recorded rounds (`specloop.sim.ltd_replay`): the real drafter's own confidences
-  and acceptance, priced by the measured costs.
+  recorded rounds (`specloop.sim.ltd_training.train_replay`): the real drafter's own
+  confidences and acceptance, priced by the measured costs.
 * ``ltd eval --env replay`` grid-searches static trees on the tuning recording and
   evaluates LTD, its ablations and the clairvoyant per-round oracle on the
-  evaluation recording.
+  evaluation recording (`specloop.sim.ltd_eval.replay_eval`).
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-__all__ = ["record", "train_replay", "replay_eval", "replay_config", "default_replay_dir"]
-
-# LTDConfig.verify_sizes of replay-trained policies (capped at the recording's max_verify)
-REPLAY_VERIFY_SIZES = (2, 4, 6, 8, 12, 16, 20, 24, 28, 32, 40, 48)
+__all__ = ["record", "train_replay", "replay_eval", "default_replay_dir"]
 
 
 def default_replay_dir(out: Path, split: str) -> Path:
@@ -27,128 +25,66 @@ def default_replay_dir(out: Path, split: str) -> Path:
     return Path(out) / f"replay-{split}"
 
 
-def _replay_config(top_k: int, max_depth: int, max_verify: int):
-    from specloop.strategies.ltd import LTDConfig
-
-    sizes = tuple(v for v in REPLAY_VERIFY_SIZES if v <= max_verify)
-    return LTDConfig(top_k=top_k, max_depth=max_depth, verify_sizes=sizes)
-
-
-def replay_config(data):
-    """The `LTDConfig` a recording supports: its top_k and max_depth, V up to max_verify."""
-    return _replay_config(int(data.meta.get("config", {}).get("top_k", 6)), data.max_depth, data.max_verify)
-
-
 def record(args) -> int:
     from tqdm import tqdm
 
-    from specloop.realmodels.drafters.registry import make_drafter
-    from specloop.realmodels.loading import load_model
-    from specloop.realmodels.ltd_env import _prompt_ids
-    from specloop.realmodels.ltd_record import check_resumable, record_replay
+    from specloop.realmodels.ltd_eval import RealLTDSetup, RecordConfig, record_real
 
     if args.max_depth < 1 or args.max_verify < 2 or args.max_new_tokens < 1 or args.prompts < 1:
         raise ValueError("need --max-depth >= 1, --max-verify >= 2, --max-new-tokens >= 1 and --prompts >= 1")
     if getattr(args, "cost_repeats", 3) < 1 or getattr(args, "cost_tokens", 32) < 2:
         raise ValueError("need --cost-repeats >= 1 and --cost-tokens >= 2")
     out = args.replay or default_replay_dir(args.out, args.split)
-    check_resumable(out, max_depth=args.max_depth, max_verify=args.max_verify, max_new_tokens=args.max_new_tokens,
-                    top_k=args.top_k, drafter=args.drafter or "eagle3", dtype=args.dtype)    # before loading
-    target = load_model("smollm2-135m", dtype=args.dtype)
-    drafter = make_drafter(args.drafter or "eagle3", target, train_if_missing=False, progress=False,
-                           dtype=args.dtype)
-    config = _replay_config(args.top_k, args.max_depth, args.max_verify)
-    prompts = _prompt_ids(target, args.split, args.prompts)
-    bar = tqdm(total=len(prompts), desc=f"recording {args.split}", unit="prompt")
+    setup = RealLTDSetup(drafter=args.drafter or "eagle3", dtype=args.dtype, prompts=args.prompts,
+                         max_new_tokens=args.max_new_tokens, seed=args.seed)
+    config = RecordConfig(out, setup, split=args.split, max_depth=args.max_depth, max_verify=args.max_verify,
+                          top_k=args.top_k, costs_from=args.costs_from, cost_repeats=getattr(args, "cost_repeats", 3),
+                          cost_tokens=getattr(args, "cost_tokens", 32))
+    bar = None
 
     def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc=f"recording {args.split}", unit="prompt")
         bar.n = done
         bar.refresh()
 
     start = time.perf_counter()
-    record_replay(target, drafter, prompts, out, config, max_depth=args.max_depth, max_verify=args.max_verify,
-                  max_new_tokens=args.max_new_tokens, progress=progress, costs_from=args.costs_from,
-                  repeats=getattr(args, "cost_repeats", 3), draft_tokens=getattr(args, "cost_tokens", 32))
-    bar.close()
-    print(f"recorded {len(prompts)} prompts in {out} ({time.perf_counter() - start:.0f} s)")
+    try:
+        count = record_real(config, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"recorded {count} prompts in {out} ({time.perf_counter() - start:.0f} s)")
     return 0
 
 
 def train_replay(args, schedule, name: str) -> dict:
-    """Co-train LTD on ``args.replay`` (default ``<out>/replay-warmup``), saving
-    ``name`` and ``name``-independent; with ``args.init``, fine-tune that policy on
-    the recording instead (`specloop.strategies.ltd_train.fine_tune`, ``schedule``'s
-    rounds and co-training steps) and save it as ``name``. Returns the training
-    metadata."""
-    from specloop.sim.ltd_replay import ReplayTreeEngine, load_replay, run_replay_policy
-    from specloop.strategies.ltd import load_policy, save_policy, variant_name
-    from specloop.strategies.ltd_train import co_train, fine_tune
+    """``ltd train --env replay``: `specloop.sim.ltd_training.train_replay` on
+    ``args.replay`` (default ``<out>/replay-warmup``); prints what it saved and
+    returns the training metadata."""
+    from specloop.sim.ltd_training import ReplayTrainConfig, train_replay as train
 
     directory = args.replay or default_replay_dir(args.out, "warmup")
-    data = load_replay(directory)
-    config = replay_config(data)
-    if schedule.fixed_verify_size > config.verify_sizes[-1]:
-        raise ValueError(f"--fixed-verify-size {schedule.fixed_verify_size} exceeds the recording's largest "
-                         f"replayable V ({config.verify_sizes[-1]} nodes)")
-    rate = args.reward_rate
-    if args.reward == "net_tokens" and rate is None:       # the best static tree's speedup on the recording
-        from specloop.cli.ltd_cmd import grid_search_static
-        best, _ = grid_search_static(lambda p: run_replay_policy(p, data, config), config)
-        rate = best["tokens_per_s"] * data.autoregressive_step_s
-        print(f"net_tokens reward rate {rate:.3f} (static D={best['depth']} V={best['verify_size']})")
-    meta = {"env": "replay", "replay": str(directory), "schedule": schedule.__dict__, "reward": args.reward,
-            "reward_rate": rate, "seed": args.seed, "prompts": len(data.prompts),
-            "positions": sum(p.positions for p in data.prompts), "costs": {
-                k: data.meta[k] for k in ("drafter", "dtype", "autoregressive_step_s") if k in data.meta}}
-    if getattr(args, "init", None):
-        init = load_policy(args.init)
-        tuned, stages = fine_tune(init, lambda: ReplayTreeEngine(data, init.config), schedule.co_depth_steps,
-                                  schedule.co_size_steps, schedule.rounds, args.seed, args.reward, rate,
-                                  schedule.n_steps)
-        meta.update(init=str(args.init), stages=stages,
-                    schedule={k: getattr(schedule, k) for k in ("rounds", "co_depth_steps", "co_size_steps",
-                                                                 "n_steps")})
-        print(f"saved {save_policy(tuned, name, meta)}")
-        return meta
-    result = co_train(lambda: ReplayTreeEngine(data, config), config, schedule, args.seed, args.reward,
-                      reward_rate=rate)
-    meta["stages"] = result["log"]
-    for key, suffix in (("ltd", ""), ("independent", "-independent")):
-        print(f"saved {save_policy(result[key], name if not suffix else variant_name(name, suffix), meta)}")
-    return meta
+    trained = train(ReplayTrainConfig(directory, name=name, schedule=schedule, seed=args.seed, reward=args.reward,
+                                      reward_rate=args.reward_rate, init=getattr(args, "init", None)))
+    best = trained["rate_from"]
+    if best is not None:
+        print(f"net_tokens reward rate {trained['meta']['reward_rate']:.3f} "
+              f"(static D={best['depth']} V={best['verify_size']})")
+    for path in trained["saved"]:
+        print(f"saved {path}")
+    return trained["meta"]
 
 
-def replay_eval(args, ablations, evaluate_rows, load_optional):
-    """``ltd eval --env replay``: static grid on the tuning recording (``--tune-replay``,
-    default ``<out>/replay-warmup``), rows on ``--replay`` (default ``<out>/replay-heldout``).
-    ``ablations(ltd, independent, best)`` returns the rows' policies, the static
-    tree first."""
-    from specloop.cli.ltd_cmd import grid_search_static
-    from specloop.sim.ltd_replay import load_replay, oracle_tokens_per_second, run_replay_policy
-    from specloop.strategies.ltd import fine_tuned_label, load_policy, variant_name
+def replay_eval(args, extra_policies: tuple[str, ...] = ()):
+    """``ltd eval --env replay``: `specloop.sim.ltd_eval.replay_eval` with the static
+    grid on ``--tune-replay`` (default ``<out>/replay-warmup``) and rows on
+    ``--replay`` (default ``<out>/replay-heldout``). Returns (result, decisions)."""
+    from specloop.sim.ltd_eval import ReplayEvalConfig, replay_eval as evaluate
 
-    name = args.policy or "ltd-replay"
-    ltd = load_policy(name)
-    tune = load_replay(args.tune_replay or default_replay_dir(args.out, "warmup"))
-    held = load_replay(args.replay or default_replay_dir(args.out, "heldout"))
-    config = ltd.config
-    best, grid = grid_search_static(lambda p: run_replay_policy(p, tune, config), config)
-
-    def run(policy):
-        return run_replay_policy(policy, held, config)
-
-    # the first policy is the tuning grid's best static tree: rows are relative to it
-    policies = ablations(ltd, load_optional(variant_name(name, "-independent")), best)
-    tuned_name = getattr(args, "fine_tuned", None)
-    tuned = load_optional(tuned_name) if tuned_name else None
-    if tuned is not None:
-        policies[fine_tuned_label(tuned_name)] = tuned
-    rows, decisions = evaluate_rows(run, policies, None)
-    best_tps = rows[0]["tokens_per_s"]
-    held_best = max(grid_search_static(run, config)[1], key=lambda r: r["tokens_per_s"])
-    oracle = oracle_tokens_per_second(held, config)
-    return ({"env": "replay", "policy": name, "rows": rows, "best_static": best, "grid": grid,
-             "heldout_best_static": held_best, "oracle_tokens_per_s": oracle,
-             "oracle_vs_best_static": oracle / best_tps,
-             "autoregressive_step_s": held.autoregressive_step_s,
-             "prompts": len(held.prompts), "tune_prompts": len(tune.prompts)}, decisions)
+    config = ReplayEvalConfig(tune_replay=args.tune_replay or default_replay_dir(args.out, "warmup"),
+                              replay=args.replay or default_replay_dir(args.out, "heldout"),
+                              policy=args.policy or "ltd-replay", fine_tuned=getattr(args, "fine_tuned", None),
+                              extra_policies=tuple(extra_policies))
+    return evaluate(config)

@@ -4,11 +4,12 @@ co-trained PPO policies (against the grid-searched best static tree), and the
 ablation bars: tokens/s relative to the best static tree for LTD, depth-only,
 size-only, the independent (not co-trained) pair and the reward ablation.
 
-The numbers come from ``specloop ltd eval --env sim --json`` (issue 8), run
-in-process. It needs trained policies: the saved or shipped ``ltd-sim`` policy when
-there is one (``specloop ltd train --env sim``); otherwise this figure trains a set
-itself with ``specloop ltd train`` into its output folder (PPO with LTD's settings;
-the quick preset uses fewer steps and takes a few minutes on 2 cores).
+The numbers come from `specloop.sim.ltd_eval.sim_eval` (``specloop ltd eval --env
+sim``, issue 8). It needs trained policies: the saved or shipped ``ltd-sim`` policy
+when there is one (``specloop ltd train --env sim``); otherwise this figure trains a
+set itself as ``specloop ltd train`` does (`specloop.sim.ltd_training.train_sim`)
+into its output folder (PPO with LTD's settings; the quick preset uses fewer steps
+and takes a few minutes on 2 cores).
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, new_figure, require,
-                                    run_cli, save_figure, sizes, write_csv, write_json)
+from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure, require, save_figure, sizes,
+                                    write_csv, write_json)
 
 __all__ = ["main", "SIZES", "LTD_TARGET_GAIN", "cotraining_claim", "target_gain_claim", "paired_speed_ratio"]
 
@@ -34,18 +35,6 @@ SIZES = {
     "tiny": {"train_steps": 256, "episodes": 4, "own_name": "specloop-figures-tiny",
              "reward_ablation": False},
 }
-
-
-def _cli(argv: list[str]) -> str:
-    """Run a ``specloop`` command in-process; returns its stdout.
-
-    Raises:
-        RuntimeError: non-zero exit status.
-    """
-    code, text = run_cli(argv)
-    if code != 0:
-        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
-    return text
 
 
 @contextlib.contextmanager
@@ -73,7 +62,9 @@ def _saved_policy_exists(ltd) -> bool:
 
 
 def _train_own(cfg: dict, out: Path) -> str:
-    """Train a policy set with ``specloop ltd train`` (call inside `_policy_dir`)."""
+    """Train a policy set as ``specloop ltd train --env sim`` does
+    (`specloop.sim.ltd_training.train_sim`; call inside `_policy_dir`); the training
+    log goes to ``out/train/ltd_train_<name>.json``."""
     ltd = require("specloop.strategies.ltd", "load_policy")
     name = cfg["own_name"]
     try:
@@ -82,20 +73,27 @@ def _train_own(cfg: dict, out: Path) -> str:
         return name
     except FileNotFoundError:
         pass
-    argv = ["ltd", "train", "--env", "sim", "--name", name, "--out", str(out / "train")]
-    if cfg["reward_ablation"]:
-        argv.append("--reward-ablation")
+    training = require("specloop.sim.ltd_training", "train_sim", why="LTD training in the simulator (issue 8)")
+    from specloop.strategies.ltd_train import CoTrainSchedule
+    schedule = CoTrainSchedule()          # `specloop ltd train`'s defaults (LTD's settings)
     if cfg["train_steps"] is not None:
-        steps = str(cfg["train_steps"])
-        argv += ["--depth-steps", steps, "--size-steps", steps, "--rounds", "1",
-                 "--co-depth-steps", steps, "--co-size-steps", steps]
-    _cli(argv)
+        steps = int(cfg["train_steps"])
+        schedule = CoTrainSchedule(steps, steps, 1, steps, steps, schedule.fixed_verify_size, None)
+    trained = training.train_sim(training.SimTrainConfig(name=name, schedule=schedule,
+                                                         reward_ablation=cfg["reward_ablation"]))
+    write_json(out / "train" / f"ltd_train_{name}.json",
+               {**trained["meta"], "name": name, "reward_ablation": trained["reward_ablation"]})
     return name
 
 
 def _evaluate(name: str, cfg: dict, out: Path) -> dict:
-    return cli_json(["ltd", "eval", "--env", "sim", "--policy", name, "--episodes",
-                     str(cfg["episodes"]), "--json", "--out", str(out / "eval")])
+    """`specloop.sim.ltd_eval.sim_eval` of policy ``name``; the rows and decisions are
+    saved under ``out/eval`` as ``specloop ltd eval --env sim`` saves them."""
+    evaluation = require("specloop.sim.ltd_eval", "sim_eval", why="LTD evaluation in the simulator (issue 8)")
+    from specloop.strategies.ltd_eval import save_eval
+    result, decisions = evaluation.sim_eval(evaluation.SimEvalConfig(policy=name, episodes=cfg["episodes"]))
+    save_eval(out / "eval", result, decisions)
+    return result
 
 
 def _decisions(out: Path) -> list[dict]:
@@ -220,7 +218,6 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
     ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
-    require("specloop.cli.ltd_cmd", "register", why="the `specloop ltd` command (issue 8)")
     if _saved_policy_exists(ltd):
         name = SAVED_POLICY
         result = _evaluate(name, cfg, out)

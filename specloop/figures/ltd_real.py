@@ -1,7 +1,8 @@
 """Figure (g): Learning To Draft (LTD) on the real decoder (issue 8): SmolLM2-135M in
 bfloat16 with the shipped EAGLE-3 head drafting EAGLE-2 trees, HumanEval prompts.
 
-Three panels, every number measured by this figure through the CLI, in-process:
+Three panels, every number measured by this figure through the library functions
+behind the CLI (`specloop.realmodels.ltd_eval`, `specloop.sim.ltd_eval`):
 
 1. **Real decoder** (``specloop ltd eval --env real --paired``): wall-clock tokens/s
    of each policy relative to the best static tree, paired per prompt (the policies
@@ -29,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specloop.figures._base import (FigureResult, FigureUnavailable, cli_json, fmt, new_figure, require,
-                                    run_cli, save_figure, sizes, write_csv, write_json)
+from specloop.figures._base import (FigureResult, FigureUnavailable, fmt, new_figure, require, save_figure, sizes,
+                                    write_csv, write_json)
 from specloop.figures.ltd import LTD_TARGET_GAIN, cotraining_claim, paired_speed_ratio, target_gain_claim
 
 __all__ = ["main", "SIZES", "POLICY", "SIM_POLICY", "FINE_TUNED", "REWARD_ABLATION"]
@@ -72,32 +73,37 @@ def _short(label: str) -> str:
 
 
 def _record(out: Path, split: str, prompts: int, cfg: dict, costs_from: Path | None) -> Path:
+    """Record (or resume) ``out/replay-<split>`` as ``specloop ltd record`` does
+    (`specloop.realmodels.ltd_eval.record_real`)."""
+    from specloop.realmodels.ltd_eval import RealLTDSetup, RecordConfig, record_real
     directory = out / f"replay-{split}"
-    argv = ["ltd", "record", "--split", split, "--prompts", str(prompts), "--drafter", DRAFTER,
-            "--dtype", "bfloat16", "--max-new-tokens", str(cfg["record_tokens"]), "--replay", str(directory),
-            "--out", str(out), "--max-depth", str(RECORD["max_depth"]), "--max-verify", str(RECORD["max_verify"]),
-            "--top-k", str(RECORD["top_k"]), "--cost-repeats", str(cfg["cost_repeats"]),
-            "--cost-tokens", str(cfg["cost_tokens"])]
-    if costs_from is not None:
-        argv += ["--costs-from", str(costs_from)]
-    code, _ = run_cli(argv)
-    if code != 0:
-        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
+    setup = RealLTDSetup(drafter=DRAFTER, dtype="bfloat16", prompts=prompts, max_new_tokens=cfg["record_tokens"])
+    record_real(RecordConfig(directory, setup, split=split, max_depth=RECORD["max_depth"],
+                             max_verify=RECORD["max_verify"], top_k=RECORD["top_k"], costs_from=costs_from,
+                             cost_repeats=cfg["cost_repeats"], cost_tokens=cfg["cost_tokens"]))
     return directory
 
 
 def _measure(out: Path, cfg: dict) -> tuple[dict, dict]:
+    """The replay and real-decoder evaluations (`specloop.sim.ltd_eval.replay_eval`,
+    `specloop.realmodels.ltd_eval.real_eval`, as ``specloop ltd eval --env replay``
+    and ``--env real --paired --grid-from-replay`` run them); each result and its
+    decisions are also saved under ``out/replay_eval`` / ``out/real_eval``."""
+    from specloop.realmodels.ltd_eval import RealEvalConfig, RealLTDSetup, real_eval
+    from specloop.sim.ltd_eval import ReplayEvalConfig, replay_eval, replay_grid_pairs
+    from specloop.strategies.ltd_eval import save_eval
     warmup = _record(out, "warmup", cfg["warmup_prompts"], cfg, None)
     heldout = _record(out, "heldout", cfg["heldout_prompts"], cfg, warmup)
-    extras = ",".join((REWARD_ABLATION, SIM_POLICY))
-    replay = cli_json(["ltd", "eval", "--env", "replay", "--policy", POLICY, "--tune-replay", str(warmup),
-                       "--replay", str(heldout), "--extra-policies", extras, "--fine-tuned", FINE_TUNED,
-                       "--out", str(out / "replay_eval"), "--json"])
-    real = cli_json(["ltd", "eval", "--env", "real", "--drafter", DRAFTER, "--dtype", "bfloat16",
-                     "--policy", POLICY, "--grid-from-replay", str(warmup), "--grid-top", str(cfg["grid_top"]),
-                     "--paired", "--repeats", str(cfg["repeats"]), "--prompts", str(cfg["real_prompts"]),
-                     "--max-new-tokens", str(cfg["real_tokens"]), "--extra-policies", extras,
-                     "--fine-tuned", FINE_TUNED, "--out", str(out / "real_eval"), "--json"])
+    extras = (REWARD_ABLATION, SIM_POLICY)
+    replay, decisions = replay_eval(ReplayEvalConfig(warmup, heldout, policy=POLICY, fine_tuned=FINE_TUNED,
+                                                     extra_policies=extras))
+    save_eval(out / "replay_eval", replay, decisions)
+    setup = RealLTDSetup(drafter=DRAFTER, dtype="bfloat16", prompts=cfg["real_prompts"],
+                         max_new_tokens=cfg["real_tokens"])
+    real, decisions = real_eval(RealEvalConfig(setup, out=out / "real_eval", policy=POLICY, fine_tuned=FINE_TUNED,
+                                               extra_policies=extras, repeats=cfg["repeats"], paired=True,
+                                               grid_pairs=tuple(replay_grid_pairs(warmup, cfg["grid_top"]))))
+    save_eval(out / "real_eval", real, decisions)
     return replay, real
 
 
@@ -225,7 +231,8 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
     ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
-    require("specloop.realmodels.ltd_record", "record_replay", why="`specloop ltd record` (issue 8)")
+    require("specloop.realmodels.ltd_eval", "record_real", "real_eval",
+            why="`specloop ltd record` / `ltd eval --env real` (issue 8)")
     for name in (POLICY, REWARD_ABLATION, SIM_POLICY, FINE_TUNED):
         try:
             ltd.load_policy(name)

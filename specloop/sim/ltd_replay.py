@@ -15,7 +15,7 @@ reads these as plain arrays (it never imports ``realmodels``).
 Use it to train LTD policies on the real drafter's own confidence signals and
 costs (``specloop ltd train --env replay``), and to price any tree policy or
 static tree in milliseconds instead of minutes of wall clock (static grids:
-`specloop.cli.ltd_cmd.grid_search_static` over `run_replay_policy`).
+`specloop.strategies.ltd_eval.grid_search_static` over `run_replay_policy`).
 """
 from __future__ import annotations
 

@@ -127,9 +127,7 @@ def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
     """``--env replay`` on a synthetic recording: train saves the pair, eval reports
     the rows, the held-out best static tree and the clairvoyant oracle, and the real
     eval's replay preselection returns the best ``--grid-top`` static trees."""
-    from types import SimpleNamespace
-
-    from specloop.cli.ltd_cmd import _replay_grid_pairs
+    from specloop.sim.ltd_eval import replay_grid_pairs
     from specloop.strategies.ltd import load_policy
     from tests.sim.test_ltd_replay import write_replay
 
@@ -153,7 +151,7 @@ def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
     assert result["env"] == "replay" and result["rows"][0]["speedup_vs_best_static"] == pytest.approx(1.0)
     assert result["heldout_best_static"]["tokens_per_s"] >= result["rows"][0]["tokens_per_s"] - 1e-9
     assert result["oracle_tokens_per_s"] > 0 and "LTD (co-trained)" in [r["config"] for r in result["rows"]]
-    pairs = _replay_grid_pairs(SimpleNamespace(grid_from_replay=replay, grid_top=3))
+    pairs = replay_grid_pairs(replay, 3)
     grid = {(r["depth"], r["verify_size"]): r["tokens_per_s"] for r in result["grid"]}
     assert len(pairs) == 3 and [grid[p] for p in pairs] == sorted(grid.values(), reverse=True)[:3]
 
@@ -220,7 +218,7 @@ def test_paired_rows_cancel_drift_and_alternate_order():
     """A machine slowing down 10 % per run: alternating the order per prompt cancels
     the drift to first order (paired ratio 1.256 for a true 1.25x; running one
     policy after the other in a fixed order would give 1.25 / 1.1 = 1.14)."""
-    from specloop.cli.ltd_cmd import evaluate_rows_paired
+    from specloop.strategies.ltd_eval import evaluate_rows_paired
     from specloop.record import RoundRecord, Trace
 
     calls, clock = [], [1.0]

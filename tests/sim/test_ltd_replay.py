@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.utils import env_checker
 
-from specloop.cli.ltd_cmd import grid_search_static
+from specloop.strategies.ltd_eval import grid_search_static
 from specloop.sim.ltd_replay import (ReplayTreeEngine, accepted_path, load_replay, oracle_tokens_per_second,
                                      run_replay_policy)
 from specloop.strategies.ltd import LTDConfig, LTDPolicy, select_subtree
