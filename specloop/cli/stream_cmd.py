@@ -78,96 +78,57 @@ def _check_args(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
 
-def run(args) -> int:
-    from specloop.data.streams import build_stream
-    from specloop.realmodels.loading import load_model
-    from specloop.realmodels.stream import BASELINE, StreamConfig, StreamRunner, resolve_method
-    _check_args(args)
-    specs = [resolve_method(m) for m in args.method.split(",") if m.strip()]
-    if not specs:
-        raise ValueError("--method names no method")
-    target = load_model(args.target, dtype=args.dtype, device=args.device)
-    items = build_stream(args.datasets, args.prompts, target.tokenizer, order=args.order,
-                         chat_template=not args.raw, max_prompt_tokens=args.max_prompt_tokens)
+def _stream_run(args):
+    """The typed `specloop.realmodels.stream_results.StreamRun` of the parsed flags."""
+    from specloop.realmodels.stream import StreamConfig
+    from specloop.realmodels.stream_results import StreamRun
     online = {"mode": args.mode, "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
               "update_every": args.update_every, "precondition": args.precondition,
               "background": args.background}
     config = StreamConfig(chunk=args.chunk, max_new_tokens=args.max_new_tokens,
                           num_draft_tokens=args.num_draft_tokens, online=online, seed=args.seed)
-    out = Path(args.out)
-    runner = StreamRunner(target, [list(i.ids) for i in items], out, config, drafts_dir=args.drafts)
-    names = [BASELINE] + [s.name for s in specs if s.name != BASELINE]
-    summaries, failures = {}, {}
+    return StreamRun(methods=tuple(args.method.split(",")), config=config, out=Path(args.out), target=args.target,
+                     datasets=args.datasets, order=args.order, prompts=args.prompts, raw=args.raw,
+                     max_prompt_tokens=args.max_prompt_tokens, dtype=args.dtype, device=args.device,
+                     drafts=args.drafts)
+
+
+def run(args) -> int:
     from tqdm.auto import tqdm
-    with tqdm(total=len(names) * len(items), desc="stream", unit="prompt", disable=args.json,
-              file=sys.stderr) as bar:
-        for name in names:
+
+    from specloop.realmodels.stream_results import serve_stream
+    _check_args(args)
+    stream = _stream_run(args)
+    bar = None
+
+    def progress(name: str, served: int, total: int) -> None:
+        nonlocal bar
+        if bar is None:
+            bar = tqdm(total=total, desc="stream", unit="prompt", disable=args.json, file=sys.stderr)
+        if served:
+            bar.update(served)
+        else:
             bar.set_postfix_str(name)
-            try:
-                summaries[name] = runner.run_method(name, progress=bar.update)
-            except (FileNotFoundError, ValueError) as exc:
-                if name == BASELINE:
-                    raise
-                failures[name] = str(exc)
-                print(f"specloop stream: {name}: {exc}", file=sys.stderr)
-    result = _result(summaries, failures, items, config, args)
-    (out / "summary.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
-    plot_stream(result, out / "stream.png")
+
+    try:
+        result = serve_stream(stream, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    for name, why in result["failed"].items():
+        print(f"specloop stream: {name}: {why}", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         _print_table(result)
-    return 1 if failures else 0
-
-
-def _vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
-    """Paired per-prompt gain of an online method over the frozen method with the
-    same draft, overall and per dataset (None for a frozen method or when its frozen
-    counterpart did not run)."""
-    from specloop.realmodels.stream import METHODS, resolve_method
-    from specloop.realmodels.stream_compare import paired_gain
-    spec = resolve_method(name)
-    frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
-    if spec.learner is None or frozen not in summaries:
-        return None
-    a, b = summaries[frozen].get("prompts", []), summaries[name].get("prompts", [])
-    per_domain = {d: paired_gain([p for p in a if domains[p["index"]] == d], [p for p in b if domains[p["index"]] == d])
-                  for d in dict.fromkeys(domains)}
-    return {"frozen": frozen, **paired_gain(a, b), "per_domain": per_domain}
+    return 1 if result["failed"] else 0
 
 
 def _result(summaries: dict, failures: dict, items, config, args) -> dict:
-    from specloop.realmodels.stream import BASELINE, resolve_method
-    from specloop.realmodels.stream_compare import domain_accepted_length
-    domains = [i.dataset for i in items]
-    base = summaries[BASELINE]
-    base_tps = base["tokens_per_s"]
-    methods = {}
-    for name, s in summaries.items():
-        if name == BASELINE:
-            continue
-        methods[name] = {
-            "label": resolve_method(name).label,
-            "mean_accepted_length": s["mean_accepted_length"],
-            "speedup": s["tokens_per_s"] / base_tps,
-            "speedup_with_training": s["tokens_per_s_with_training"] / base_tps,
-            "tokens_per_s": s["tokens_per_s"], "tokens_per_s_with_training": s["tokens_per_s_with_training"],
-            "update_seconds": s["update_seconds"],
-            "per_chunk": [c["mean_accepted_length"] for c in s["chunks"]],
-            "per_chunk_tokens_per_s": [c["tokens_per_s"] for c in s["chunks"]],
-            "per_chunk_tokens_per_s_with_training": [c["tokens_per_s_with_training"] for c in s["chunks"]],
-            "per_domain": domain_accepted_length(s.get("prompts", []), domains)}
-        vs = _vs_frozen(name, summaries, domains)
-        if vs is not None:
-            methods[name]["vs_frozen"] = vs
-    return {"target": args.target, "methods": methods, "failed": failures,
-            "baseline_tokens_per_s": base_tps,
-            "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
-            "stream": domains,
-            "config": {"datasets": args.datasets, "order": args.order, "prompts": len(items),
-                       "drafts": getattr(args, "drafts", None),
-                       "chunk": config.chunk, "max_new_tokens": config.max_new_tokens,
-                       "num_draft_tokens": config.num_draft_tokens, **config.online}}
+    """`specloop.realmodels.stream_results.stream_result` with the parsed flags' target, datasets, order, drafts."""
+    from specloop.realmodels.stream_results import stream_result
+    return stream_result(summaries, failures, items, config, target=args.target, datasets=args.datasets,
+                         order=args.order, drafts=getattr(args, "drafts", None))
 
 
 def _print_table(result: dict) -> None:
@@ -186,34 +147,6 @@ def _print_table(result: dict) -> None:
 
 
 def plot_stream(result: dict, path: str | Path) -> Path:
-    """Two panels: mean accepted length and tokens/s per chunk, one line per method
-    (online solid, frozen dashed; greedy baseline dotted on the tokens/s panel)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from specloop.realmodels.stream import resolve_method
-    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8))
-    for i, (name, m) in enumerate(result["methods"].items()):
-        style = "-" if resolve_method(name).learner else "--"
-        chunks = list(range(len(m["per_chunk"])))
-        axes[0].plot(chunks, m["per_chunk"], style, marker="o", ms=4, color=f"C{i}", label=m["label"])
-        axes[1].plot(chunks, m["per_chunk_tokens_per_s"], style, marker="o", ms=4, color=f"C{i}",
-                     label=m["label"])
-    base = result["baseline_per_chunk_tokens_per_s"]
-    axes[1].plot(range(len(base)), base, ":", color="k", label="greedy (no draft)")
-    axes[0].set(xlabel="chunk (stream order)", ylabel="mean accepted length (tokens/round)")
-    axes[1].set(xlabel="chunk (stream order)", ylabel="tokens/s (training excluded)")
-    chunk = int(result["config"]["chunk"])
-    stream = result.get("stream", [])
-    ticks = list(range(len(base)))
-    labels = [f"{c}\n{'+'.join(dict.fromkeys(stream[c * chunk:(c + 1) * chunk]))}" for c in ticks]
-    for ax in axes:
-        ax.set_xticks(ticks, labels, fontsize=7)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{result['target']}: {result['config']['datasets']} ({result['config']['order']})", fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    """`specloop.realmodels.stream_results.plot_stream` (the figure of ``stream.png``)."""
+    from specloop.realmodels.stream_results import plot_stream as plot
+    return plot(result, path)

@@ -21,7 +21,7 @@ import numpy as np
 
 __all__ = ["FigureResult", "FigureUnavailable", "write_csv", "read_csv", "save_figure",
            "ensure_dir", "new_figure", "to_jsonable", "write_json", "fmt", "iter_rows",
-           "require", "scale", "sizes", "run_cli", "cli_json", "SCALE_ENV"]
+           "require", "scale", "sizes", "SCALE_ENV"]
 
 
 class FigureUnavailable(RuntimeError):
@@ -235,31 +235,3 @@ def scale(quick: bool) -> str:
 def sizes(table: Mapping[str, Mapping[str, Any]], quick: bool) -> dict[str, Any]:
     """Pick a figure's size preset (``table`` maps full / quick / tiny to settings)."""
     return dict(table[scale(quick)])
-
-
-def run_cli(argv: Sequence[str]) -> tuple[int, str]:
-    """Run a ``specloop`` command in-process; returns (exit status, its stdout)."""
-    import contextlib
-    import io
-
-    from specloop.cli import main as cli_main
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        code = cli_main(list(argv))
-    return int(code or 0), buffer.getvalue()
-
-
-def cli_json(argv: Sequence[str]) -> dict:
-    """Run a ``specloop ... --json`` command in-process and parse the JSON object it
-    prints (anything printed before the first ``{`` is skipped).
-
-    Raises:
-        RuntimeError: non-zero exit status, or no JSON printed.
-    """
-    code, text = run_cli(argv)
-    if code != 0:
-        raise RuntimeError(f"specloop {' '.join(argv)} exited {code}")
-    start = text.find("{")
-    if start < 0:
-        raise RuntimeError(f"specloop {' '.join(argv)} printed no JSON")
-    return json.loads(text[start:])

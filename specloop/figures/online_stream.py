@@ -4,7 +4,7 @@ against online drafts — OnlineSpec's per-chunk curves.
 
 Sources, in order of preference:
 
-1. ``specloop stream`` (issue 7), when that command exists: it serves the stream
+1. ``specloop stream`` (issue 7; `specloop.realmodels.stream_results.serve_stream`): it serves the stream
    with frozen and online-adapted drafts (Hydra and Opt-Hydra at the quick scale;
    also OSD-Hydra, Ens-Hydra, EAGLE, Ens-EAGLE at full scale) and reports per-chunk numbers and its greedy baseline.
 2. Otherwise (no command, or no method it could run) this module serves the stream itself with the real decoder on the
@@ -15,9 +15,6 @@ Sources, in order of preference:
 """
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from pathlib import Path
 
 import numpy as np
@@ -69,35 +66,30 @@ def chunk_summaries(traces: list, chunk: int) -> list[dict]:
 
 # -- source 1: `specloop stream` (issue 7) ------------------------------------------
 def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
-    """Run ``specloop stream --json`` in-process when the command exists.
+    """Serve the stream as ``specloop stream --json`` does
+    (`specloop.realmodels.stream_results.serve_stream`, the command's defaults).
 
     Returns:
-        (its JSON, '') -- ``methods`` -> mean_accepted_length, speedup,
+        (its result, '') -- ``methods`` -> mean_accepted_length, speedup,
         speedup_with_training, per_chunk, per_chunk_tokens_per_s -- or (None, why)
-        when the command is missing or produced no usable method (e.g. no trained
-        draft: it then exits 1 and names the failures).
+        when the stream cannot run or produced no usable method (e.g. no trained
+        draft: the result then names the failures).
     """
     try:
-        import specloop.cli.stream_cmd  # noqa: F401
-    except ImportError:
-        return None, "`specloop stream` (issue 7) is not available"
-    from specloop.cli import main as cli_main
-    argv = ["stream", "--target", DEFAULT_TARGET, "--method", ",".join(cfg["methods"]),
-            "--datasets", ",".join(DATASET_ORDER),
-            "--prompts", str(cfg["per_dataset"] * len(DATASET_ORDER)), "--chunk", str(cfg["chunk"]),
-            "--max-new-tokens", str(cfg["max_new_tokens"]), "-k", str(cfg["k"]),
-            "--json", "--out", str(out / "stream")]
-    buffer = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(buffer):
-            code = cli_main(argv)
+        from specloop.realmodels.stream import StreamConfig
+        from specloop.realmodels.stream_results import STREAM_ONLINE_DEFAULTS, StreamRun, serve_stream
     except ImportError as exc:  # the stream's own modules have not landed
         return None, f"`specloop stream` cannot run yet ({exc})"
-    text = buffer.getvalue()
+    config = StreamConfig(chunk=cfg["chunk"], max_new_tokens=cfg["max_new_tokens"], num_draft_tokens=cfg["k"],
+                          online=dict(STREAM_ONLINE_DEFAULTS))
+    run = StreamRun(methods=tuple(cfg["methods"]), config=config, out=out / "stream", target=DEFAULT_TARGET,
+                    datasets=",".join(DATASET_ORDER), prompts=cfg["per_dataset"] * len(DATASET_ORDER))
     try:
-        data = json.loads(text[text.index("{"):])
-    except ValueError:
-        return None, f"`specloop {' '.join(argv)}` exited {code} without JSON"
+        data = serve_stream(run)
+    except ImportError as exc:  # the stream's own modules have not landed
+        return None, f"`specloop stream` cannot run yet ({exc})"
+    except (ValueError, FileNotFoundError) as exc:      # what the command reports with exit status 2
+        return None, f"`specloop stream` could not run: {exc}"
     if not data.get("methods"):
         return None, f"`specloop stream` ran no method: {data.get('failed')}"
     return data, ""

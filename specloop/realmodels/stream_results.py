@@ -1,0 +1,208 @@
+"""A served prompt stream's result: the one JSON object of ``specloop stream
+--json`` (OnlineSpec Table 1 rows per chunk), its plot, and `serve_stream`, which
+serves a whole stream (greedy baseline first, then every method, resumably) and
+returns that object.
+
+Result keys: ``target``; ``methods`` maps each method name to label,
+``mean_accepted_length`` (tau, tokens per round), ``speedup`` (tokens/s without
+training time over the greedy baseline's), ``speedup_with_training``,
+``tokens_per_s`` / ``tokens_per_s_with_training`` (tokens per second),
+``update_seconds``, ``per_chunk`` (tau per chunk), ``per_chunk_tokens_per_s``,
+``per_chunk_tokens_per_s_with_training``, ``per_domain`` (tau per dataset) and, for
+an online method whose frozen draft ran too, ``vs_frozen`` (`vs_frozen`);
+``failed`` (method -> why); ``baseline_tokens_per_s``,
+``baseline_per_chunk_tokens_per_s``; ``stream`` (dataset of each prompt);
+``config``.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+__all__ = ["vs_frozen", "stream_result", "plot_stream", "StreamRun", "serve_stream", "STREAM_ONLINE_DEFAULTS"]
+
+# `StreamConfig.online` of ``specloop stream`` without online flags (its flag defaults)
+STREAM_ONLINE_DEFAULTS = {"mode": "chunk", "lr": None, "batch_size": 4, "epochs": 2, "update_every": 1,
+                          "precondition": "none", "background": False}
+
+
+def vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
+    """Paired per-prompt gain of an online method over the frozen method with the
+    same draft, overall and per dataset (`specloop.realmodels.stream_compare.paired_gain`),
+    with ``frozen`` naming that method; None for a frozen method or when its frozen
+    counterpart did not run. ``summaries``: method -> `StreamRunner.run_method`
+    summary; ``domains``: dataset of each stream prompt."""
+    from specloop.realmodels.stream import METHODS, resolve_method
+    from specloop.realmodels.stream_compare import paired_gain
+    spec = resolve_method(name)
+    frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
+    if spec.learner is None or frozen not in summaries:
+        return None
+    a, b = summaries[frozen].get("prompts", []), summaries[name].get("prompts", [])
+    per_domain = {d: paired_gain([p for p in a if domains[p["index"]] == d], [p for p in b if domains[p["index"]] == d])
+                  for d in dict.fromkeys(domains)}
+    return {"frozen": frozen, **paired_gain(a, b), "per_domain": per_domain}
+
+
+def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, target: str, datasets: str,
+                  order: str, drafts: str | None = None) -> dict:
+    """The stream's result object (module docstring).
+
+    Args:
+        summaries: method -> `StreamRunner.run_method` summary; must hold the
+            greedy baseline (`specloop.realmodels.stream.BASELINE`).
+        failures: method -> why it could not run.
+        items: the stream's items (each with a ``dataset``), in order.
+        config: the run's `StreamConfig`.
+        target, datasets, order, drafts: echoed in the result (``config`` holds
+            datasets, order, drafts, the prompt count and the `StreamConfig` fields).
+
+    Raises:
+        KeyError: no baseline summary.
+    """
+    from specloop.realmodels.stream import BASELINE, resolve_method
+    from specloop.realmodels.stream_compare import domain_accepted_length
+    domains = [i.dataset for i in items]
+    base = summaries[BASELINE]
+    base_tps = base["tokens_per_s"]
+    methods = {}
+    for name, s in summaries.items():
+        if name == BASELINE:
+            continue
+        methods[name] = {
+            "label": resolve_method(name).label,
+            "mean_accepted_length": s["mean_accepted_length"],
+            "speedup": s["tokens_per_s"] / base_tps,
+            "speedup_with_training": s["tokens_per_s_with_training"] / base_tps,
+            "tokens_per_s": s["tokens_per_s"], "tokens_per_s_with_training": s["tokens_per_s_with_training"],
+            "update_seconds": s["update_seconds"],
+            "per_chunk": [c["mean_accepted_length"] for c in s["chunks"]],
+            "per_chunk_tokens_per_s": [c["tokens_per_s"] for c in s["chunks"]],
+            "per_chunk_tokens_per_s_with_training": [c["tokens_per_s_with_training"] for c in s["chunks"]],
+            "per_domain": domain_accepted_length(s.get("prompts", []), domains)}
+        vs = vs_frozen(name, summaries, domains)
+        if vs is not None:
+            methods[name]["vs_frozen"] = vs
+    return {"target": target, "methods": methods, "failed": failures,
+            "baseline_tokens_per_s": base_tps,
+            "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
+            "stream": domains,
+            "config": {"datasets": datasets, "order": order, "prompts": len(items),
+                       "drafts": drafts,
+                       "chunk": config.chunk, "max_new_tokens": config.max_new_tokens,
+                       "num_draft_tokens": config.num_draft_tokens, **config.online}}
+
+
+def plot_stream(result: dict, path: str | Path) -> Path:
+    """Two panels: mean accepted length and tokens/s per chunk, one line per method
+    (online solid, frozen dashed; greedy baseline dotted on the tokens/s panel).
+    Returns the PNG's path."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from specloop.realmodels.stream import resolve_method
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8))
+    for i, (name, m) in enumerate(result["methods"].items()):
+        style = "-" if resolve_method(name).learner else "--"
+        chunks = list(range(len(m["per_chunk"])))
+        axes[0].plot(chunks, m["per_chunk"], style, marker="o", ms=4, color=f"C{i}", label=m["label"])
+        axes[1].plot(chunks, m["per_chunk_tokens_per_s"], style, marker="o", ms=4, color=f"C{i}",
+                     label=m["label"])
+    base = result["baseline_per_chunk_tokens_per_s"]
+    axes[1].plot(range(len(base)), base, ":", color="k", label="greedy (no draft)")
+    axes[0].set(xlabel="chunk (stream order)", ylabel="mean accepted length (tokens/round)")
+    axes[1].set(xlabel="chunk (stream order)", ylabel="tokens/s (training excluded)")
+    chunk = int(result["config"]["chunk"])
+    stream = result.get("stream", [])
+    ticks = list(range(len(base)))
+    labels = [f"{c}\n{'+'.join(dict.fromkeys(stream[c * chunk:(c + 1) * chunk]))}" for c in ticks]
+    for ax in axes:
+        ax.set_xticks(ticks, labels, fontsize=7)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{result['target']}: {result['config']['datasets']} ({result['config']['order']})", fontsize=9)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _default_target() -> str:
+    from specloop.realmodels.loading import registry_names
+    return registry_names()[0]
+
+
+@dataclass(frozen=True)
+class StreamRun:
+    """One ``specloop stream`` run.
+
+    Attributes:
+        methods: method names (`specloop.realmodels.stream.resolve_method`); the
+            greedy baseline always runs first.
+        config: `StreamConfig` (chunk, max_new_tokens, num_draft_tokens, online, seed).
+        out: results folder (resumable; gets summary.json and stream.png).
+        target: registry name, HF id or path (default the registry's first name).
+        datasets: comma-separated datasets, in domain order; order: "shift" or
+            "interleave"; prompts: stream length; raw: no chat template;
+            max_prompt_tokens: keep the last N prompt tokens.
+        dtype, device: of the target. drafts: folder of per-kind drafts (None =
+            the draft cache / shipped copies).
+    """
+
+    methods: tuple[str, ...]
+    config: object
+    out: Path
+    target: str = field(default_factory=_default_target)
+    datasets: str = "humaneval,mt-bench,ifbench"
+    order: str = "shift"
+    prompts: int = 12
+    raw: bool = False
+    max_prompt_tokens: int = 512
+    dtype: str = "float32"
+    device: str = "cpu"
+    drafts: str | None = None
+
+
+def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | None = None) -> dict:
+    """Serve the stream with the greedy baseline and every method, write
+    ``out/summary.json`` and ``out/stream.png``, and return the result object. A
+    method that cannot run (FileNotFoundError / ValueError, e.g. an untrained draft)
+    is listed under ``failed``; ``progress(method, prompts_served, total)`` is called
+    with 0 when a method starts and with 1 after each prompt.
+
+    Raises:
+        ValueError: no method, an unknown method, or the baseline fails.
+        FileNotFoundError: the target or a dataset package is missing.
+    """
+    from specloop.data.streams import build_stream
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.stream import BASELINE, StreamRunner, resolve_method
+    specs = [resolve_method(m) for m in run.methods if m.strip()]
+    if not specs:
+        raise ValueError("--method names no method")
+    target = load_model(run.target, dtype=run.dtype, device=run.device)
+    items = build_stream(run.datasets, run.prompts, target.tokenizer, order=run.order,
+                         chat_template=not run.raw, max_prompt_tokens=run.max_prompt_tokens)
+    out = Path(run.out)
+    runner = StreamRunner(target, [list(i.ids) for i in items], out, run.config, drafts_dir=run.drafts)
+    names = [BASELINE] + [s.name for s in specs if s.name != BASELINE]
+    total = len(names) * len(items)
+    summaries, failures = {}, {}
+    for name in names:
+        if progress is not None:
+            progress(name, 0, total)
+        try:
+            summaries[name] = runner.run_method(
+                name, progress=None if progress is None else (lambda n, name=name: progress(name, n, total)))
+        except (FileNotFoundError, ValueError) as exc:
+            if name == BASELINE:
+                raise
+            failures[name] = str(exc)
+    result = stream_result(summaries, failures, items, run.config, target=run.target, datasets=run.datasets,
+                           order=run.order, drafts=run.drafts)
+    (out / "summary.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    plot_stream(result, out / "stream.png")
+    return result
