@@ -11,8 +11,8 @@ cached) and ``small-lm`` (a separate small LM; option ``model`` = registry name 
 HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
-The trained-heads package registers ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
-``hybrid`` from its own module.
+The trained-heads package provides ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
+``hybrid`` and the distilled ``small-lm`` (`specloop.realmodels.heads.registry`).
 """
 from __future__ import annotations
 
@@ -96,8 +96,10 @@ def _ensure_builtins() -> None:
     _FACTORIES.setdefault("ngram", ngram_factory)
     _FACTORIES.setdefault("ngram-datastore", make_datastore_drafter)
     _FACTORIES.setdefault("small-lm", make_small_lm_drafter)
-    try:  # the trained-heads package registers its drafters on import, if present
-        import specloop.realmodels.heads.registry  # noqa: F401
+    try:  # the trained-heads package's drafters, if present (they replace built-ins of the same name)
+        from specloop.realmodels.heads.registry import head_drafter_factories
     except ModuleNotFoundError as exc:
         if exc.name not in ("specloop.realmodels.heads", "specloop.realmodels.heads.registry"):
             raise
+    else:
+        _FACTORIES.update(head_drafter_factories())

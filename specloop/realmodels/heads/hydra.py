@@ -255,10 +255,3 @@ def hydra_from_saved(target: nn.Module, tensors: dict[str, torch.Tensor], config
     heads = HydraHeads(arch, tensors["lm_head.draft_to_target"], target.get_input_embeddings().weight)
     heads.load_state_dict(tensors)
     return heads.float().eval()
-
-
-def register_drafters() -> None:
-    """Register the ``hydra`` drafter factory (called by `specloop.realmodels.heads.registry`)."""
-    from specloop.realmodels.drafters.registry import register_drafter
-    from specloop.realmodels.heads.head_drafting import make_hydra_drafter
-    register_drafter("hydra", make_hydra_drafter, overwrite=True)

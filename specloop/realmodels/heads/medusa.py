@@ -131,10 +131,3 @@ def medusa_from_saved(target: nn.Module, tensors: dict[str, torch.Tensor], confi
     heads = MedusaHeads(arch, tensors["lm_head.draft_to_target"])
     heads.load_state_dict(tensors)
     return heads.float().eval()
-
-
-def register_drafters() -> None:
-    """Register the ``medusa`` drafter factory (called by `specloop.realmodels.heads.registry`)."""
-    from specloop.realmodels.drafters.registry import register_drafter
-    from specloop.realmodels.heads.head_drafting import make_medusa_drafter
-    register_drafter("medusa", make_medusa_drafter, overwrite=True)

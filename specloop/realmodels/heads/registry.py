@@ -1,19 +1,21 @@
-"""Registers the trained-head drafters with the decoder's drafter registry.
+"""The trained-head drafters' factories, by name, for the decoder's drafter registry.
 
-Imported lazily by `specloop.realmodels.drafters.registry`. Names: ``eagle``,
-``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none is saved; option
-``dtype`` = the head's drafting dtype, default float32),
+Read lazily by `specloop.realmodels.drafters.registry` (`head_drafter_factories`;
+this module imports nothing from the registry, so the two form no import circle).
+Names: ``eagle``, ``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none
+is saved; option ``dtype`` = the head's drafting dtype, default float32),
 ``hybrid`` (prompt lookup, else the EAGLE head; option ``head="eagle3"`` to use
-EAGLE-3). Factories accept and ignore unknown options. Medusa / Hydra / small-LM
-drafters register from their own modules when they provide ``register_drafters()``.
+EAGLE-3), ``medusa``, ``hydra`` and ``small-lm`` (the distilled small LM, which
+replaces the registry's built-in separate-model entry and delegates to it when a
+``model`` option names a model; `specloop.realmodels.heads.head_factories`).
+Factories accept and ignore unknown options.
 """
 from __future__ import annotations
 
-import importlib
+from specloop.realmodels.heads.head_factories import (make_distilled_small_lm_drafter, make_hydra_drafter,
+                                                      make_medusa_drafter)
 
-from specloop.realmodels.drafters.registry import register_drafter
-
-__all__ = ["make_eagle", "make_eagle3", "make_hybrid"]
+__all__ = ["make_eagle", "make_eagle3", "make_hybrid", "head_drafter_factories"]
 
 
 def _head_options(options: dict) -> dict:
@@ -48,14 +50,8 @@ def make_hybrid(target, **options):
     return HybridDrafter(head, **{k: int(options[k]) for k in keys if options.get(k) is not None})
 
 
-register_drafter("eagle", make_eagle, overwrite=True)
-register_drafter("eagle3", make_eagle3, overwrite=True)
-register_drafter("hybrid", make_hybrid, overwrite=True)
-
-for _module in ("medusa", "hydra", "small_lm"):
-    try:
-        _mod = importlib.import_module(f"specloop.realmodels.heads.{_module}")
-    except ImportError:
-        continue
-    if hasattr(_mod, "register_drafters"):
-        _mod.register_drafters()
+def head_drafter_factories() -> dict:
+    """Name -> ``factory(target, **options) -> Drafter`` of every trained-head drafter
+    (the registry installs them over its built-ins of the same name)."""
+    return {"eagle": make_eagle, "eagle3": make_eagle3, "hybrid": make_hybrid, "medusa": make_medusa_drafter,
+            "hydra": make_hydra_drafter, "small-lm": make_distilled_small_lm_drafter}

@@ -289,11 +289,3 @@ def small_lm_from_saved(target: nn.Module, tensors: dict[str, torch.Tensor], con
                          target.get_input_embeddings().weight)
     draft.load_state_dict(tensors)
     return draft.float().eval()
-
-
-def register_drafters() -> None:
-    """Register ``small-lm`` as the distilled draft (overriding the decoder's built-in
-    entry, to which it delegates when a ``model`` option names a separate model)."""
-    from specloop.realmodels.drafters.registry import register_drafter
-    from specloop.realmodels.heads.head_drafting import make_distilled_small_lm_drafter
-    register_drafter("small-lm", make_distilled_small_lm_drafter, overwrite=True)

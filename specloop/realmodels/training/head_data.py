@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 __all__ = ["HeadBatch", "sample_anchors", "gather_head_batch", "gather_windows", "soft_labels",
-           "distill_loss", "top1_agreement"]
+           "distill_loss", "top1_agreement", "choose_vocab_size"]
 
 
 @dataclass(frozen=True)
@@ -148,9 +148,27 @@ def open_training_parts(config, loaded=None, progress: bool = True):
     return train, val
 
 
+def choose_vocab_size(counts: np.ndarray, val_top1: np.ndarray, coverage: float = 0.95,
+                      cap: int = 8192, step: int = 256) -> int:
+    """Smallest multiple of ``step`` whose frequency-ranked subset covers ``coverage``
+    of the target's held-out top-1 predictions (capped at ``cap``): the reduced
+    draft vocabulary size of EAGLE-3 / FR-Spec heads.
+
+    Args:
+        counts: int (V_target,) token frequencies of the training corpus.
+        val_top1: int held-out top-1 target token ids (any shape).
+    """
+    order = np.lexsort((np.arange(counts.size), -counts))
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    ranks = np.sort(rank[val_top1.reshape(-1)])
+    need = ranks[min(len(ranks) - 1, int(np.ceil(coverage * len(ranks))) - 1)] + 1
+    return int(min(cap, counts.size, max(step, int(np.ceil(need / step)) * step)))
+
+
 def reduced_vocab_for(config, train_parts, val_part, target_config):
     """EAGLE-3 / FR-Spec reduced vocabulary, chosen exactly as the EAGLE trainer does
-    (`specloop.realmodels.training.train_eagle.choose_vocab_size`: smallest multiple
+    (`choose_vocab_size`: smallest multiple
     of 256 covering 95 % of the held-out top-1, capped at 8192; EOS always in), so
     every trained kind of one target shares the recipe.
 
@@ -158,7 +176,6 @@ def reduced_vocab_for(config, train_parts, val_part, target_config):
         (`ReducedVocab`, held-out top-1 ids array).
     """
     from specloop.realmodels.heads.common import build_reduced_vocab
-    from specloop.realmodels.training.train_eagle import choose_vocab_size
     from specloop.realmodels.training.trainer import vocab_counts
     counts = vocab_counts(train_parts, int(target_config.vocab_size))
     val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])

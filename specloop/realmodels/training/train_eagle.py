@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from specloop.realmodels.heads.common import ReducedVocab, build_reduced_vocab, draft_dir, save_draft
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
-from specloop.realmodels.training.head_data import open_training_parts
+from specloop.realmodels.training.head_data import choose_vocab_size, open_training_parts
 from specloop.realmodels.training.trainer import (FeatureBatcher, Stopwatch, TrainConfig, cosine_lr,
                                                    register_trainer, top1_agreement, topk_soft_ce,
                                                    vocab_counts)
@@ -81,18 +81,6 @@ def evaluate_head(head: EagleHead, batcher: FeatureBatcher, t2d: torch.Tensor, d
             counts[s] += c
     head.train()
     return [float(h / c) if c else float("nan") for h, c in zip(hits, counts)]
-
-
-def choose_vocab_size(counts: np.ndarray, val_top1: np.ndarray, coverage: float = 0.95,
-                      cap: int = 8192, step: int = 256) -> int:
-    """Smallest multiple of ``step`` whose frequency-ranked subset covers ``coverage``
-    of the target's held-out top-1 predictions (capped at ``cap``)."""
-    order = np.lexsort((np.arange(counts.size), -counts))
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    ranks = np.sort(rank[val_top1.reshape(-1)])
-    need = ranks[min(len(ranks) - 1, int(np.ceil(coverage * len(ranks))) - 1)] + 1
-    return int(min(cap, counts.size, max(step, int(np.ceil(need / step)) * step)))
 
 
 def _target_tensors(config: TrainConfig, loaded):

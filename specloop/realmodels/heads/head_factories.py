@@ -1,0 +1,89 @@
+"""Registry factories of the trained feature-head and small-LM drafters (``hydra``,
+``medusa``, ``small-lm``): the saved draft of a target, loaded (or trained first
+with ``specloop draft train``'s trainer) and wrapped in its drafter
+(`specloop.realmodels.heads.head_drafting`, `specloop.realmodels.heads.small_lm`).
+Registered by `specloop.realmodels.heads.registry`.
+"""
+from __future__ import annotations
+
+import torch
+
+from specloop.realmodels.heads.head_drafting import HydraDrafter, MedusaDrafter
+
+__all__ = ["load_or_train", "make_hydra_drafter", "make_medusa_drafter", "make_distilled_small_lm_drafter"]
+
+
+def load_or_train(target, kind: str, *, folder=None, train_if_missing: bool = True, progress: bool = True,
+                  train_config: dict | None = None) -> tuple[dict, dict]:
+    """The saved draft of ``kind`` for ``target`` (a `LoadedModel`): the draft cache
+    (or ``folder``), then the package's shipped float16 copy; trained first with
+    ``specloop draft train``'s trainer (progress bars) when neither exists.
+
+    Returns:
+        (tensors, report) as `specloop.realmodels.heads.common.load_draft` gives them.
+
+    Raises:
+        FileNotFoundError: nothing saved and ``train_if_missing`` is False.
+    """
+    from specloop.realmodels.heads.common import load_draft
+    name = str(target.name)
+    try:
+        return load_draft(name, kind, folder)
+    except FileNotFoundError:
+        if not train_if_missing:
+            raise
+    from specloop.realmodels.training.trainer import TrainConfig, get_trainer
+    cfg = TrainConfig(target=name, kind=kind, out_dir=str(folder) if folder else None, **(train_config or {}))
+    get_trainer(kind)(cfg, loaded=target, progress=progress)
+    return load_draft(name, kind, folder)
+
+
+def _loader_options(options: dict) -> dict:
+    keep = {}
+    if options.get("checkpoint"):
+        keep["folder"] = options["checkpoint"]
+    for key in ("train_if_missing", "progress"):
+        if key in options:
+            keep[key] = bool(options[key])
+    if isinstance(options.get("train_config"), dict):
+        keep["train_config"] = options["train_config"]
+    return keep
+
+
+def _on_target_device(module: torch.nn.Module, target) -> torch.nn.Module:
+    return module.to(next(target.model.parameters()).device)
+
+
+def make_hydra_drafter(target, **options) -> HydraDrafter:
+    """Registry factory ``hydra``: the trained Hydra heads of ``target`` (trained
+    first if none is saved). Options: ``checkpoint`` (a draft folder),
+    ``train_if_missing``, ``progress``, ``train_config``; others are ignored."""
+    from specloop.realmodels.heads.hydra import hydra_from_saved
+    tensors, report = load_or_train(target, "hydra", **_loader_options(options))
+    drafter = HydraDrafter(_on_target_device(hydra_from_saved(target.model, tensors, report), target))
+    drafter.train_report = report
+    return drafter
+
+
+def make_medusa_drafter(target, **options) -> MedusaDrafter:
+    """Registry factory ``medusa`` (same options as `make_hydra_drafter`)."""
+    from specloop.realmodels.heads.medusa import medusa_from_saved
+    tensors, report = load_or_train(target, "medusa", **_loader_options(options))
+    drafter = MedusaDrafter(_on_target_device(medusa_from_saved(target.model, tensors, report), target))
+    drafter.train_report = report
+    return drafter
+
+
+def make_distilled_small_lm_drafter(target, **options):
+    """Registry factory ``small-lm``: the small LM distilled from ``target`` (trained
+    first if none is saved). With a ``model`` option (``--draft <model name>``,
+    which the decoder's registry routes here) it delegates to the decoder's
+    separate-model factory `specloop.realmodels.drafters.small_lm.make_small_lm_drafter`."""
+    if options.get("model"):
+        from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
+        return make_small_lm_drafter(target, **options)
+    from specloop.realmodels.heads.small_lm import SmallLMDraftDrafter, small_lm_from_saved
+    tensors, report = load_or_train(target, "small-lm", **_loader_options(options))
+    drafter = SmallLMDraftDrafter(_on_target_device(small_lm_from_saved(target.model, tensors, report), target))
+    drafter.train_report = report
+    return drafter
