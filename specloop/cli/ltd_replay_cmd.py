@@ -67,11 +67,7 @@ def train_replay(args, schedule, name: str) -> dict:
 
     directory = args.replay or default_replay_dir(args.out, "warmup")
     trained = train(ReplayTrainConfig(directory, name=name, schedule=schedule, seed=args.seed, reward=args.reward,
-                                      reward_rate=args.reward_rate, init=getattr(args, "init", None)))
-    best = trained["rate_from"]
-    if best is not None:
-        print(f"net_tokens reward rate {trained['meta']['reward_rate']:.3f} "
-              f"(static D={best['depth']} V={best['verify_size']})")
+                                      reward_rate=args.reward_rate, init=getattr(args, "init", None)), log=print)
     for path in trained["saved"]:
         print(f"saved {path}")
     return trained["meta"]

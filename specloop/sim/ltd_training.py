@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from specloop.strategies.ltd_train import CoTrainSchedule
 
@@ -107,10 +108,11 @@ class ReplayTrainConfig:
     init: str | None = None
 
 
-def train_replay(config: ReplayTrainConfig) -> dict:
+def train_replay(config: ReplayTrainConfig, log: Callable[[str], None] | None = None) -> dict:
     """Co-train LTD on the recording, saving ``name`` and ``name``-independent; with
     ``init``, fine-tune that policy there instead
-    (`specloop.strategies.ltd_train.fine_tune`) and save it as ``name``.
+    (`specloop.strategies.ltd_train.fine_tune`) and save it as ``name``. ``log``
+    gets the derived net_tokens rate (one line) before training starts.
 
     Returns:
         {"saved": [paths], "meta": training metadata, "rate_from": the static
@@ -136,6 +138,8 @@ def train_replay(config: ReplayTrainConfig) -> dict:
     if config.reward == "net_tokens" and rate is None:       # the best static tree's speedup on the recording
         rate_from, _ = grid_search_static(lambda p: run_replay_policy(p, data, ltd_config), ltd_config)
         rate = rate_from["tokens_per_s"] * data.autoregressive_step_s
+        if log is not None:
+            log(f"net_tokens reward rate {rate:.3f} (static D={rate_from['depth']} V={rate_from['verify_size']})")
     meta = {"env": "replay", "replay": str(config.replay), "schedule": schedule.__dict__, "reward": config.reward,
             "reward_rate": rate, "seed": config.seed, "prompts": len(data.prompts),
             "positions": sum(p.positions for p in data.prompts), "costs": {
