@@ -17,10 +17,11 @@ known. Only the times are modelled, from real decoder rounds with static trees
 (`measure_round_costs`): draft seconds per depth, verify seconds per number of
 verified tokens, and the per-round update time.
 
-The loop is the decoder's round with zero accepted tokens: draft the full tree,
-verify it with the tree mask on top of the KV cache, commit only the target's
-token at the root (so the output is plain greedy decoding), crop the cache and feed
-the drafter the pending token's features.
+The loop is the decoder's round (`DecodeSession`, the same target pass, cache pruning
+and drafter feedback) with zero accepted tokens: draft the full tree, verify the union
+with the tree mask on top of the KV cache, commit only the target's token at the root
+(`commit(root_only=True)`: the output is plain greedy decoding) and feed the drafter
+the pending token's features.
 
 Files (one directory): ``prompt-NNNN.npz`` per prompt, written as each prompt
 finishes (a rerun skips prompts already written: resumable), and ``costs.json``.
@@ -34,11 +35,8 @@ import numpy as np
 import torch
 from scipy.optimize import isotonic_regression
 
-from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
-from specloop.realmodels.kvcache import cache_length, causal_forward, crop, model_forward, new_cache
-from specloop.realmodels.ltd_env import _subset
-from specloop.realmodels.sampling import SamplingConfig, check_finite
-from specloop.realmodels.tree import verify_block_inputs
+from specloop.realmodels.drafters.base import DraftRequest
+from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan, TreePlan
 from specloop.strategies.ltd import LTDConfig, select_subtree
 
@@ -81,25 +79,26 @@ def record_prompt(model, drafter, prompt_ids: torch.Tensor, config: LTDConfig, m
     Raises:
         ValueError: the drafter reports no node_probs; NaN logits.
     """
-    device = next(model.parameters()).device
-    dtype = next(model.parameters()).dtype
-    layers = tuple(drafter.needs_target_hidden)
+    from specloop.realmodels.decoder import SpeculativeDecoder
+    from specloop.realmodels.loading import LoadedModel
+
+    decoder = SpeculativeDecoder(LoadedModel(model, None, "target", "ltd-record"), drafter,
+                                 eos_token_id=sorted(eos_ids), seed=0)
     ids = prompt_ids.reshape(-1).long()
-    cache = new_cache()
-    hidden = None
-    if ids.numel() > 1:
-        out = causal_forward(model, cache, ids[:-1], bool(layers), logits_to_keep=1)
-        hidden = tuple(out.hidden_states[i][0] for i in layers) if layers else None
-    drafter.reset(ids.clone(), target_hidden=hidden)
+    session = decoder.session(ids, int(max_new_tokens))
     plan = DraftPlan(max_depth, TreePlan(top_k=config.top_k, max_depth=max_depth))
     sampling, generator = SamplingConfig(), torch.Generator().manual_seed(0)
-    seq = ids.tolist()
     chunks = {k: [] for k in ("tokens", "parents", "depths", "probs", "target_next")}
     offsets, root_next, lengths = [0], [], []
-    for t in range(int(max_new_tokens)):
-        request = DraftRequest(torch.tensor(seq, dtype=torch.long, device=device), plan, 1 << 20, sampling,
-                               generator, t, None)
+    while not session.done:
+        t, seq = len(session.trace), session.seq
+        session.start_round(plan)
+        # the full-depth tree at every position (not capped by the tokens left): any
+        # replayed policy's tree is a part of it
+        request = DraftRequest(torch.tensor(seq, dtype=torch.long, device=decoder.device), plan, 1 << 20,
+                               sampling, generator, t, None)
         proposal = drafter.propose(request)
+        session.mark_drafted()
         if proposal.size and proposal.node_probs is None:
             raise ValueError(f"{getattr(drafter, 'name', 'drafter')} reports no node_probs; LTD replay needs them")
         depths = proposal.depths().numpy() if proposal.size else np.zeros(0, np.int64)
@@ -107,34 +106,17 @@ def record_prompt(model, drafter, prompt_ids: torch.Tensor, config: LTDConfig, m
         probs = proposal.node_probs.double().cpu().numpy() if proposal.size else np.zeros(0)
         union = verified_union(depths, parents, probs, max_depth, max_verify) if proposal.size else \
             np.zeros(0, np.int64)
-        sub = _subset(proposal, union) if union.size else DraftProposal.empty()
-        cache_len = cache_length(cache)
-        mask, positions = verify_block_inputs(sub.parents.cpu(), cache_len, dtype, device)
-        block = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), sub.tokens.cpu()])
-        out = model_forward(model, cache, block, mask, positions, bool(layers))
-        logits = out.logits[0].float()
-        check_finite(logits, "target model")
-        argmax = logits.max(-1).indices.cpu().numpy()
+        passed = session.target_pass(proposal.subset(union))
+        argmax = passed.argmax.cpu().numpy()
         target_next = np.full(proposal.size, -1, dtype=np.int64)
         target_next[union] = argmax[1:]
-        crop(cache, cache_len + 1)
-        token = int(argmax[0])
-        feedback = VerifyFeedback(
-            proposal=sub, accepted_nodes=(), committed_tokens=torch.tensor([token], dtype=torch.long),
-            p_target=torch.zeros_like(logits[:1]).scatter_(-1, torch.tensor([[token]]), 1.0),
-            target_logits=logits[:1],
-            target_hidden=tuple(out.hidden_states[i][0][:1] for i in layers) if layers else None,
-            acceptance_probs=(), finished=token in eos_ids or t + 1 == max_new_tokens)
-        drafter.observe(feedback)
+        lengths.append(len(seq))
+        session.commit(passed, root_only=True)       # plain greedy: only the root's token
         for key, arr in (("tokens", proposal.tokens.cpu().numpy()), ("parents", parents), ("depths", depths),
                          ("probs", probs), ("target_next", target_next)):
             chunks[key].append(np.asarray(arr))
         offsets.append(offsets[-1] + proposal.size)
-        root_next.append(token)
-        lengths.append(len(seq))
-        seq.append(token)
-        if token in eos_ids:
-            break
+        root_next.append(int(argmax[0]))
     arrays = {k: np.concatenate(v) if v else np.zeros(0) for k, v in chunks.items()}
     arrays.update(node_offsets=np.asarray(offsets, np.int64), root_next=np.asarray(root_next, np.int64),
                   context_length=np.asarray(lengths, np.int64), prompt_ids=ids.numpy())

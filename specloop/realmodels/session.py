@@ -178,6 +178,11 @@ class DecodeSession:
         """Propose (the drafter may ask ``hooks``), clip to the cap, and apply the
         policy's hooks to drafters that do not ask them."""
         self._proposal = self.propose(self._plan, hooks)
+        self.mark_drafted()
+
+    def mark_drafted(self) -> None:
+        """End the round's draft time now (engines that draft through `propose` and
+        decide outside the session, e.g. the LTD engine, call it themselves)."""
         self._t1 = self.decoder._clock()
 
     def verify(self, hooks: RoundHooks) -> RoundRecord:
@@ -185,10 +190,12 @@ class DecodeSession:
         return self.commit(self.target_pass(self._proposal))
 
     # -- the round's parts (also used by the LTD recorder / environment) ------------------
-    def propose(self, plan: DraftPlan, hooks: RoundHooks | None = None) -> DraftProposal:
-        """The drafter's proposal for ``plan`` within the round's cap (ValueError for
-        token ids outside the target's vocabulary or a larger draft vocabulary)."""
-        cap = self._cap
+    def propose(self, plan: DraftPlan, hooks: RoundHooks | None = None, cap: int | None = None) -> DraftProposal:
+        """The drafter's proposal for ``plan`` within the round's cap (or ``cap``
+        levels, for engines that draft deeper and choose the verified part later);
+        ValueError for token ids outside the target's vocabulary or a larger draft
+        vocabulary."""
+        cap = self._cap if cap is None else int(cap)
         if cap <= 0:
             return DraftProposal.empty()
         d = self.decoder
@@ -344,6 +351,11 @@ def _apply_hooks(proposal: DraftProposal, hooks: RoundHooks, context_length: int
     size = int((depths <= depth).sum())
     if not proposal.is_chain:
         size = hooks.verify_size(TreeCandidates(depth, context_length, probs[depths <= depth].copy()))
+    if proposal.q_draft is not None:
+        # sampled nodes: keeping the likeliest would verify a biased subset of the draws;
+        # the first V in drafting (topological) order are closed under ancestors and
+        # unbiased (see `drafters.small_lm.sample_siblings`)
+        return proposal.subset(np.flatnonzero(depths <= depth)[:size])
     return proposal.subset(select_subtree(depths, parents, probs, depth, size))
 
 

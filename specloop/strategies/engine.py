@@ -214,6 +214,8 @@ class StepwiseRound:
 
     def draft(self, hooks: RoundHooks) -> None:
         step = self.begin_round()
+        # an engine that drafted less than the cap this round (``drafted_depth``) stops there
+        hooks.cap = min(hooks.cap, int(getattr(self, "drafted_depth", hooks.cap)))
         while hooks.continue_drafting(step):
             step = self.deepen()
         self._round_candidates = self.candidates()

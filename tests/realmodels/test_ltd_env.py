@@ -1,6 +1,6 @@
-"""LTD over the real decoder: the hook-applying drafter, wall-clock accounting and
-the gymnasium environments, on a tiny random Llama (no downloads) with a small
-deterministic EAGLE-2-style tree drafter."""
+"""LTD over the real decoder: the step-wise engine (no thread) that applies a policy's
+hooks to any tree drafter, wall-clock accounting and the gymnasium environments, on a
+tiny random Llama (no downloads) with a small deterministic EAGLE-2-style tree drafter."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -14,7 +14,7 @@ from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_s
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, DraftRequest, policy_continues,
                                               policy_verify_size)
-from specloop.realmodels.ltd_env import (LTDTreeDrafter, RealHarness, make_real_depth_env, make_real_size_env,
+from specloop.realmodels.ltd_env import (RealHarness, RealTreeEngine, make_real_depth_env, make_real_size_env,
                                          select_subtree)
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.record import RoundRecord
@@ -96,23 +96,27 @@ class StopAtTwo(LTDPolicy):
         return 4
 
 
-def test_ltd_drafter_cuts_depth_and_size(harness):
+def test_ltd_engine_cuts_depth_and_size(harness):
+    """Through drive_round the engine drafts the cap-depth tree, reveals it to the hooks,
+    verifies the best 4 nodes of depth <= 2 and charges only the levels asked for."""
+    import threading
     from specloop.realmodels.sampling import SamplingConfig
-    from specloop.strategies.base import PlanState
+    from specloop.strategies.engine import drive_round
 
     base = BigramTreeDrafter()
     policy = StopAtTwo(CFG, static_depth=4)
-    drafter = LTDTreeDrafter(base, policy, CFG, harness.layer_costs)
-    ids = torch.tensor([4, 5, 6])
-    prop = drafter.propose(DraftRequest(ids, policy.plan(PlanState(0, 3, None)), 100, SamplingConfig(),
-                                        torch.Generator()))
-    full = base.propose(DraftRequest(ids, DraftPlan(2, TreePlan(top_k=3, max_depth=2)), 100, SamplingConfig(),
-                                     torch.Generator()))
-    assert prop.size == 4 and prop.depth <= 2
+    engine = RealTreeEngine(harness)
+    threads = threading.active_count()
+    engine.start_prompt(torch.tensor([4, 5, 6]))
+    record = drive_round(policy, engine)
+    assert threading.active_count() == threads          # no worker thread any more
+    assert (record.tree_depth, record.num_draft_tokens) == (2, 4)
+    full = base.propose(DraftRequest(torch.tensor([4, 5, 6]), DraftPlan(2, TreePlan(top_k=3, max_depth=2)), 100,
+                                     SamplingConfig(), torch.Generator()))
     best = torch.sort(full.node_probs, descending=True).values[:4]     # = a depth-2 draft's best 4 nodes
-    assert torch.allclose(torch.sort(prop.node_probs, descending=True).values, best)
-    depth, size, saved = drafter.last
-    assert (depth, size) == (2, 4) and saved == pytest.approx(harness.layer_costs[4] - harness.layer_costs[2])
+    kept = torch.as_tensor(engine._probs[select_subtree(engine._depths, engine._parents, engine._probs, 2, 4)])
+    assert torch.allclose(torch.sort(kept, descending=True).values, best.double())
+    assert engine._drafted == 4 and record.draft_time >= 0
 
 
 def test_harness_static_policy_is_lossless_and_accounts_time(harness):
@@ -120,10 +124,18 @@ def test_harness_static_policy_is_lossless_and_accounts_time(harness):
     assert len(trace) > 0 and (depths <= 3).all() and (sizes <= 8).all()
     assert all(r.draft_time >= 0 and r.verify_time > 0 for r in trace)
     plain = SpeculativeDecoder(harness.target, harness.base, policy=FixedDraftPolicy(0))
-    ltd = SpeculativeDecoder(harness.target, LTDTreeDrafter(harness.base, LTDPolicy(CFG, static_depth=3), CFG),
-                             policy=LTDPolicy(CFG, static_depth=3))
-    for prompt in harness.prompts:
-        assert plain.generate(prompt, 12).new_tokens == ltd.generate(prompt, 12).new_tokens
+    tokens = {}
+    for r in trace:
+        tokens[r.stream_index] = tokens.get(r.stream_index, 0) + r.tokens_per_round
+    for index, prompt in enumerate(harness.prompts):
+        assert tokens[index] == len(plain.generate(prompt, 12).new_tokens)
+    engine = RealTreeEngine(harness)
+    for prompt in harness.prompts:                       # the engine's committed text is plain greedy
+        engine.start_prompt(prompt)
+        while not engine.episode_done:
+            from specloop.strategies.engine import drive_round
+            drive_round(LTDPolicy(CFG, static_depth=3), engine)
+        assert engine.session.new_tokens == plain.generate(prompt, 12).new_tokens
     assert np.all(np.diff(harness.layer_costs) >= 0) and harness.target_time > 0
 
 
