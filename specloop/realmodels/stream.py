@@ -24,7 +24,7 @@ token, same KV-cache code path), whose tokens/s is the denominator of every
 
 Results folder (``out``): per method ``<method>/rounds.jsonl`` (a `TraceWriter`
 file, one `RoundRecord` per round, ``stream_index`` = prompt index; online
-methods fill ``loss`` with the round's f_t(w_t), `OnlineDrafter.round_losses`),
+methods' records carry the round's f_t(w_t) in ``loss``, returned by `OnlineDrafter.observe`),
 ``<method>/state.pt`` (prompts done, per-prompt and per-chunk timings, the adapter's
 full state: draft parameters, learner, replay buffer) written atomically after every
 prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
@@ -37,7 +37,7 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -243,16 +243,10 @@ class StreamRunner:
 
     def _serve(self, index: int, drafter, adapter, writer: TraceWriter, state: dict) -> None:
         decoder = self._decoder(drafter, index)
-        losses_before = len(drafter.round_losses) if isinstance(drafter, OnlineDrafter) else 0
+        # online drafts return f_t(w_t) from observe: the session folds it into each
+        # record's loss before the policy observes it
         result = decoder.generate(self.prompts[index], self.config.max_new_tokens, stream_index=index)
-        records = list(result.trace)
-        if isinstance(drafter, OnlineDrafter):     # f_t of each round into RoundRecord.loss
-            losses = drafter.round_losses[losses_before:]
-            if len(losses) != len(records):
-                raise RuntimeError(f"{len(records)} rounds but {len(losses)} online losses for prompt {index}: "
-                                   "the decoder did not call observe once per round")
-            records = [replace(r, loss=l) for r, l in zip(records, losses)]
-        for record in records:
+        for record in result.trace:
             writer.append(record)
         state["outputs"].append(list(result.new_tokens))
         state["prompts_done"] = index + 1

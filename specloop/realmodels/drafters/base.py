@@ -285,8 +285,11 @@ class Drafter(Protocol):
         ``request.max_tokens`` nodes."""
         ...
 
-    def observe(self, feedback: VerifyFeedback) -> None:
-        """Receive the verification outcome (keep internal caches consistent)."""
+    def observe(self, feedback: VerifyFeedback) -> float | None:
+        """Receive the verification outcome (keep internal caches consistent) and
+        return the round's observation: the loss f_t(w_t) a learning draft saw this
+        round (float, or a mapping with "loss"), or None. The decoder session writes
+        it into the round's `RoundRecord.loss` before the policy observes the record."""
         ...
 
     def parameters(self) -> list[torch.Tensor]:

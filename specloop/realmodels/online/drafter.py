@@ -27,8 +27,9 @@ class OnlineDrafter:
         round_losses: f_t(w_t) of each round (`OnlineAdapter.record`: the round's own
             cross-entropy at the parameters that drafted it; NaN if the round gave
             no sample), in order; one entry per ``observe``.
-        round_loss: the latest entry (NaN before the first round): what a decoder
-            copies into the round's `RoundRecord.loss`.
+        round_loss: the latest entry (NaN before the first round); ``observe``
+            returns it, and the decoder session writes it into the round's
+            `RoundRecord.loss`.
     """
 
     def __init__(self, inner, adapter: OnlineAdapter) -> None:
@@ -50,11 +51,16 @@ class OnlineDrafter:
         with self.adapter.lock:
             return self.inner.propose(request)
 
-    def observe(self, feedback: VerifyFeedback) -> None:
+    def observe(self, feedback: VerifyFeedback) -> float:
+        """Collect the round's sample, let the inner drafter observe, micro-update;
+        returns f_t(w_t), the observation the decoder folds into the round's
+        `RoundRecord.loss` before the policy sees it."""
         sample = self.adapter.objective.collect(feedback, self._context)
         self._context = None
         self.inner.observe(feedback)
-        self.round_losses.append(float(self.adapter.record(sample)))
+        loss = float(self.adapter.record(sample))
+        self.round_losses.append(loss)
+        return loss
 
     @property
     def round_loss(self) -> float:
