@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["LinearCost", "TableCost", "load_cost_table", "DEFAULT_COST_TABLE"]
+from specloop.record import RoundRecord
+
+__all__ = ["LinearCost", "TableCost", "load_cost_table", "DEFAULT_COST_TABLE", "round_record"]
 
 DEFAULT_COST_TABLE = "smollm2_135m_cpu_verify_cost.json"
 
@@ -134,3 +136,27 @@ def load_cost_table(path: str | Path | None = None, dtype: str = "float32"):
         raise ValueError(f"{where}: no {dtype!r} table; available: {sorted(tables)}")
     entry = tables[dtype]
     return VerifyCostTable(num_tokens=entry["num_tokens"], seconds=entry["seconds"])
+
+
+def round_record(round_index: int, stream_index: int, num_draft_tokens: int, draft_steps: int,
+                 verified_tokens: int, accepted: int, cost_model=None,
+                 acceptance_probs=(), loss: float = float("nan"),
+                 update_time: float = 0.0) -> RoundRecord:
+    """Build a `RoundRecord` whose times come from ``cost_model`` (None = zero times).
+
+    ``draft_steps`` sequential draft forwards cost ``cost_model.draft_seconds``; one
+    verification forward over ``verified_tokens`` costs ``cost_model.verify_seconds``.
+    """
+    draft_time = verify_time = 0.0
+    target_time = float("nan")
+    if cost_model is not None:
+        draft_time = cost_model.draft_seconds(draft_steps)
+        verify_time = cost_model.verify_seconds(verified_tokens)
+        target_time = cost_model.target_time
+    return RoundRecord(round_index=round_index, stream_index=stream_index,
+                       num_draft_tokens=num_draft_tokens, tree_depth=draft_steps,
+                       verified_tokens=verified_tokens, accepted_tokens=accepted,
+                       tokens_per_round=accepted + 1, draft_time=draft_time,
+                       verify_time=verify_time, update_time=update_time,
+                       acceptance_probs=tuple(float(a) for a in acceptance_probs), loss=loss,
+                       target_time=target_time)

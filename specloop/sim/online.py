@@ -39,9 +39,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from specloop.record import RoundRecord, Trace
-from specloop.sim.costs import LinearCost
+from specloop.sim.costs import LinearCost, round_record
 from specloop.sim.drafts import ParametricDraft
-from specloop.sim.rounds import round_record
 from specloop.sim.streams import make_stream
 from specloop.strategies import _arrays as A
 from specloop.strategies.base import DraftPolicy, PlanState

@@ -20,6 +20,7 @@ import numpy as np
 
 from specloop.record import RoundRecord, Trace
 from specloop.sim import _kernels as K
+from specloop.sim.costs import round_record  # noqa: F401  (re-exported: rounds priced by a cost model)
 
 __all__ = ["MODES", "ChainTables", "ChainBatch", "validate_table", "prepare_tables",
            "chain_round", "simulate_iid_chain", "simulate_chain_tables", "round_record"]
@@ -209,30 +210,6 @@ class ChainBatch(_BatchSummaries):
             records.append(round_record(r, stream_index, k, k, k + 1, int(self.accepted[r]),
                                         cost_model, acc))
         return Trace(records, meta)
-
-
-def round_record(round_index: int, stream_index: int, num_draft_tokens: int, draft_steps: int,
-                 verified_tokens: int, accepted: int, cost_model=None,
-                 acceptance_probs=(), loss: float = float("nan"),
-                 update_time: float = 0.0) -> RoundRecord:
-    """Build a `RoundRecord` whose times come from ``cost_model`` (None = zero times).
-
-    ``draft_steps`` sequential draft forwards cost ``cost_model.draft_seconds``; one
-    verification forward over ``verified_tokens`` costs ``cost_model.verify_seconds``.
-    """
-    draft_time = verify_time = 0.0
-    target_time = float("nan")
-    if cost_model is not None:
-        draft_time = cost_model.draft_seconds(draft_steps)
-        verify_time = cost_model.verify_seconds(verified_tokens)
-        target_time = cost_model.target_time
-    return RoundRecord(round_index=round_index, stream_index=stream_index,
-                       num_draft_tokens=num_draft_tokens, tree_depth=draft_steps,
-                       verified_tokens=verified_tokens, accepted_tokens=accepted,
-                       tokens_per_round=accepted + 1, draft_time=draft_time,
-                       verify_time=verify_time, update_time=update_time,
-                       acceptance_probs=tuple(float(a) for a in acceptance_probs), loss=loss,
-                       target_time=target_time)
 
 
 def _rows(table, name: str, rows: int, vocab_size: int | None) -> np.ndarray:
