@@ -182,11 +182,15 @@ class Trace(Sequence[RoundRecord]):
         For chains this is the fraction of drafted tokens accepted (each position is
         reached only after all earlier ones were accepted, so it is the maximum-
         likelihood estimate of Acc under Assumption 1 only when counted this way:
-        accepted / (accepted + number of rejections)).
+        accepted / (accepted + number of rejections)). A round rejected a draft token
+        when it accepted fewer than it drafted and committed a correction token after
+        them (n_t = accepted + 1); a round that stopped inside its accepted block (EOS
+        or max_new_tokens: n_t = accepted) observed no rejection (censored).
         """
         self._require_rounds()
         accepted = self.column("accepted_tokens").sum()
-        rejections = sum(1 for r in self._records if r.accepted_tokens < r.tree_depth)
+        rejections = sum(1 for r in self._records
+                         if r.accepted_tokens < r.tree_depth and r.tokens_per_round > r.accepted_tokens)
         denom = accepted + rejections
         return float(accepted / denom) if denom > 0 else 1.0
 
