@@ -6,7 +6,7 @@ code before and after the change.
     python tests/engine_reference.py real OUT.json    # real decoder, SmolLM2 float32 (minutes)
 
 `tests/test_engine_reference.py` recomputes both and compares them with the JSON files
-in ``tests/data/`` written from commit 83a6567 (timing fields aside). The real-decoder part
+in ``tests/fixtures/`` written from commit 83a6567 (timing fields aside). The real-decoder part
 compares the committed tokens and n_t (tokens_per_round) of every round; the recorded
 ``accepted_tokens`` of a round that stops inside an accepted block changed on purpose
 (issue 18, fault 7) and is compared only for rounds that did not stop.
@@ -90,7 +90,7 @@ def replay_reference(directory) -> dict:
 
 
 #: a synthetic LTD recording (tests/sim/test_ltd_replay.py ``write_replay``, seed 0), saved
-REPLAY_DIR = Path(__file__).resolve().parent / "data" / "engine_reference_replay"
+REPLAY_DIR = Path(__file__).resolve().parent / "fixtures" / "engine_reference_replay"
 
 #: (drafter, plan label) pairs of the real-decoder reference
 REAL_CASES = (("ngram", "chain"), ("ngram", "tree"), ("small-lm", "chain"), ("small-lm", "tree"),
@@ -131,13 +131,17 @@ class _Plan:
         pass
 
 
-def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = 24) -> dict:
-    """Committed tokens and per-round counts of the real decoder on SmolLM2 float32."""
+def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = 24, indices=None,
+                   target=None) -> dict:
+    """Committed tokens and per-round counts of the real decoder on SmolLM2 float32, for
+    the prompts ``indices`` (default all) of the ``prompts`` reference prompts; entries
+    of skipped prompts are None."""
     from specloop.realmodels.decoder import SpeculativeDecoder
     from specloop.realmodels.drafters.registry import make_drafter
     from specloop.realmodels.loading import load_model
-    target = load_model("smollm2-135m", dtype="float32")
+    target = target or load_model("smollm2-135m", dtype="float32")
     ids = real_prompts(target, prompts)
+    chosen = set(range(prompts) if indices is None else indices)
     out: dict = {}
     drafters: dict = {}
     for name, label in cases:
@@ -146,6 +150,9 @@ def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = 24
         decoder = SpeculativeDecoder(target, drafters[name], policy=_Plan(real_plan(name, label)))
         rows = []
         for i, prompt in enumerate(ids):
+            if i not in chosen:
+                rows.append(None)
+                continue
             result = decoder.generate(prompt, max_new_tokens, stream_index=i)
             rows.append({"tokens": list(map(int, result.new_tokens)), "stop": result.stop_reason,
                          "rounds": _rows(result.trace)})

@@ -134,7 +134,7 @@ def sim_ltd(seed=0):
 def ltd_replay(seed=0):
     from pathlib import Path
     from specloop.sim.ltd_replay import ReplayTreeEngine, load_replay
-    data = load_replay(Path(__file__).parent / "data" / "engine_reference_replay")
+    data = load_replay(Path(__file__).parent / "fixtures" / "engine_reference_replay")
     engine = ReplayTreeEngine(data, LTD_CFG)
     engine.reset(np.random.default_rng(seed), 0, prompt=0)
     return engine, {"tokens": data.prompts[0].tokens}

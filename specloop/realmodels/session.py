@@ -282,7 +282,7 @@ class DecodeSession:
             accepted_tokens=min(len(accepted), len(committed)), tokens_per_round=len(committed),
             draft_time=self._t1 - self._t0, verify_time=t2 - self._t1, update_time=t3 - t2,
             acceptance_probs=_position_acceptance(passed, p_target, proposal, accepted),
-            child_acceptance_ratios=outcome.acceptance_probs, loss=_observed_loss(observation))
+            child_acceptance_ratios=outcome.child_acceptance_ratios, loss=_observed_loss(observation))
         self.trace.append(record)
         self.seq.extend(committed)
         self.new_tokens.extend(committed)
@@ -306,7 +306,7 @@ class DecodeSession:
             proposal=passed.proposal, accepted_nodes=tuple(accepted),
             committed_tokens=torch.tensor(committed, dtype=torch.long), p_target=row_probs,
             target_logits=row_logits, target_hidden=None if hidden is None else tuple(h[rows] for h in hidden),
-            acceptance_probs=outcome.acceptance_probs,
+            child_acceptance_ratios=outcome.child_acceptance_ratios,
             finished=eos or len(committed) >= self.remaining)
 
     def _truncate(self, committed: list[int]) -> tuple[list[int], bool]:

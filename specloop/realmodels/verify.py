@@ -37,13 +37,13 @@ class VerifyOutcome:
         accepted_nodes: node indices of the accepted path, root side first.
         next_token: the bonus (all children of the last accepted node rejected, or
             a leaf reached) / correction token id, in [0, V).
-        acceptance_probs: min(1, p(x)/q(x)) of every child tried along the walk,
+        child_acceptance_ratios: min(1, p(x)/q(x)) of every child tried along the walk,
             in the order tried (floats in [0, 1]).
     """
 
     accepted_nodes: tuple[int, ...]
     next_token: int
-    acceptance_probs: tuple[float, ...]
+    child_acceptance_ratios: tuple[float, ...]
 
 
 def children_lists(parents: torch.Tensor) -> dict[int, list[int]]:

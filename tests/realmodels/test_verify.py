@@ -57,7 +57,7 @@ def test_zero_probability_token_never_accepted():
     q = torch.tensor([[1.0, 0.0, 0.0]])
     for _ in range(200):
         out = verify_tree(torch.stack([p, p]), torch.tensor([0]), torch.tensor([-1]), q, gen)
-        assert out.accepted_nodes == () and out.next_token == 1 and out.acceptance_probs == (0.0,)
+        assert out.accepted_nodes == () and out.next_token == 1 and out.child_acceptance_ratios == (0.0,)
 
 
 def test_greedy_walks_the_argmax_path():

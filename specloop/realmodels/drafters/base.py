@@ -239,8 +239,9 @@ class VerifyFeedback:
             (1 + len(accepted_nodes), H): the hidden states at the old pending token
             and the accepted nodes, i.e. of the tokens that entered the target's KV
             cache this round, in sequence order.
-        acceptance_probs: per verified node on the accepted path and the first
-            rejected child, min(1, p/q) of the drafted token (floats).
+        child_acceptance_ratios: min(1, p(x)/q(x)) of every drafted child the
+            verifier tried, in the order tried (floats; `RoundRecord` has the same
+            field, and the per-position Acc_j as ``acceptance_probs``).
         finished: True when generation ended this round (EOS or max_new_tokens).
     """
 
@@ -250,7 +251,7 @@ class VerifyFeedback:
     p_target: torch.Tensor
     target_logits: torch.Tensor
     target_hidden: tuple[torch.Tensor, ...] | None = None
-    acceptance_probs: tuple[float, ...] = field(default_factory=tuple)
+    child_acceptance_ratios: tuple[float, ...] = field(default_factory=tuple)
     finished: bool = False
 
     @property
