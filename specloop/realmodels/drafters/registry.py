@@ -7,7 +7,8 @@ keyword arguments (``dtype``, ``device``, ``checkpoint`` ...; a factory must acc
 and ignore options it does not know). Built in: ``ngram`` (prompt lookup),
 ``ngram-datastore`` (REST retrieval from an n-gram index of the target's warm-up
 corpus merged with prompt lookup, `drafters.datastore`; the index is built once and
-cached) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
+cached), ``suffix`` (SuffixDecoding over earlier outputs and the current request,
+`drafters.suffix`) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
 HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
@@ -88,6 +89,7 @@ def _ensure_builtins() -> None:
     from specloop.realmodels.drafters.datastore import make_datastore_drafter
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
+    from specloop.realmodels.drafters.suffix import make_suffix_drafter
 
     def ngram_factory(target, **options):
         keys = ("max_ngram", "min_ngram", "max_matches")
@@ -96,6 +98,7 @@ def _ensure_builtins() -> None:
     _FACTORIES.setdefault("ngram", ngram_factory)
     _FACTORIES.setdefault("ngram-datastore", make_datastore_drafter)
     _FACTORIES.setdefault("small-lm", make_small_lm_drafter)
+    _FACTORIES.setdefault("suffix", make_suffix_drafter)
     try:  # the trained-heads package's drafters, if present (they replace built-ins of the same name)
         from specloop.realmodels.heads.registry import head_drafter_factories
     except ModuleNotFoundError as exc:
