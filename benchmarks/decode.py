@@ -39,8 +39,10 @@ included, as HF's generate includes it), mean accepted length (tau, bonus includ
 speedup vs plain greedy in the same precision (``speedup``) and vs the faster of
 the two plain baselines in any precision (``speedup_vs_best_plain``), and the ratio
 to the best HF prompt-lookup setting (``vs_hf_prompt_lookup``). A warm-up pass is
-dropped; each method runs ``--repeats`` times over all prompts (methods interleaved
-per repeat) and the median per-repeat tokens/s is reported. Also writes the
+dropped; each method runs ``--repeats`` times over all prompts (all methods back to
+back on each prompt, their order alternating per prompt) and the median per-repeat
+tokens/s is reported, with the tokens/s of every (repeat, prompt) for paired
+per-prompt comparisons. Also writes the
 verification-time-vs-number-of-tokens table (the schema of
 ``specloop/sim/data/smollm2_135m_cpu_verify_cost.json``) measured through the
 decoder's own verification forward (tree mask, explicit positions).
@@ -223,15 +225,18 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
     tau = {name: [] for name in methods}
     tokens = {name: 0 for name in methods}
     for repeat in range(args.repeats):
-        order = list(methods) if repeat % 2 == 0 else list(reversed(methods))
-        for name in order:
-            total_tokens, total_seconds, taus, rates = 0, 0.0, [], []
-            for _, _, ids in prompts:
+        sums = {name: [0, 0.0, [], []] for name in methods}      # tokens, seconds, taus, tokens/s per prompt
+        for i, (_, _, ids) in enumerate(prompts):
+            # every method on this prompt back to back, order alternating per prompt: load drift on a
+            # shared machine hits the methods of a pair alike (the paired per-prompt comparisons)
+            for name in (list(methods) if (repeat + i) % 2 == 0 else list(reversed(methods))):
                 new_ids, seconds, t = methods[name](ids, args.max_new_tokens)
-                total_tokens += len(new_ids)
-                total_seconds += seconds
-                taus.append(t)
-                rates.append(len(new_ids) / seconds)
+                acc = sums[name]
+                acc[0] += len(new_ids)
+                acc[1] += seconds
+                acc[2].append(t)
+                acc[3].append(len(new_ids) / seconds)
+        for name, (total_tokens, total_seconds, taus, rates) in sums.items():
             per_repeat[name].append(total_tokens / total_seconds)
             per_prompt[name].append(rates)
             tau[name].append(statistics.fmean(taus))
