@@ -26,6 +26,7 @@ This module holds the pure structure (no torch, no models):
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from typing import Iterable, Sequence
 
@@ -201,7 +202,8 @@ def longest_match(trie: SuffixTrie, context: Sequence[int], max_match: int) -> t
 
 def expand_candidates(sources: Sequence[tuple[_Node | None, int]], depth_cap: int, max_nodes: int,
                       prior_count: float = 1.0, min_prob: float = 0.0,
-                      chain: bool = False, stats: list | None = None) -> tuple[list[int], list[int], list[float]]:
+                      chain: bool = False, stats: list | None = None,
+                      matched: Sequence[int] | None = None) -> tuple[list[int], list[int], list[float]]:
     """One candidate tree merged from several matched tries, best-first.
 
     A candidate node is a token path below the matched suffixes. Its probability
@@ -221,8 +223,10 @@ def expand_candidates(sources: Sequence[tuple[_Node | None, int]], depth_cap: in
         min_prob: candidates below this path probability are not expanded.
         chain: only the most probable child of each node (a chain).
         stats: optional list; receives per returned node the (continuation count,
-            total continuations of its parent) of the source that gave its
-            probability (what `AcceptanceCalibration` keys on).
+            total continuations of its parent, suffix length the conditional was
+            estimated on = matched length + node depth - 1) of the source that gave
+            its probability (what `AcceptanceCalibration` keys on).
+        matched: matched suffix length per source (for ``stats``; default 0).
 
     Returns:
         (tokens, parents, probs): lists in best-first order; parents index into
@@ -233,7 +237,9 @@ def expand_candidates(sources: Sequence[tuple[_Node | None, int]], depth_cap: in
     probs: list[float] = []
     if max_nodes <= 0 or depth_cap <= 0:
         return tokens, parents, probs
-    live = [(node, rem) for node, rem in sources if node is not None and rem > 0]
+    lengths = list(matched) if matched is not None else [0] * len(sources)
+    live = [(node, rem, m) for (node, rem), m in zip(sources, lengths) if node is not None and rem > 0]
+    lengths = [m for _, _, m in live]
     if not live:
         return tokens, parents, probs
     heap: list = []
@@ -251,7 +257,7 @@ def expand_candidates(sources: Sequence[tuple[_Node | None, int]], depth_cap: in
                 p = prob * child.count / total
                 entry[1][j] = (child, p, rem - 1)
                 if p > entry[0]:
-                    entry[0], entry[2] = p, (child.count, total - prior_count)
+                    entry[0], entry[2] = p, (child.count, total - prior_count, lengths[j] + depth - 1)
         items = sorted(merged.items(), key=lambda kv: (-kv[1][0], kv[0]))
         if chain:
             items = items[:1]
@@ -259,7 +265,7 @@ def expand_candidates(sources: Sequence[tuple[_Node | None, int]], depth_cap: in
             if prob > min_prob:
                 heapq.heappush(heap, (-prob, order, tok, parent, depth, child_states, stat))
                 order += 1
-    push_children([(node, 1.0, rem) for node, rem in live], -1, 1)
+    push_children([(node, 1.0, rem) for node, rem, _ in live], -1, 1)
     while heap and len(tokens) < max_nodes:
         neg, _, tok, parent, depth, states, stat = heapq.heappop(heap)
         if stats is not None:
@@ -388,66 +394,89 @@ class GlobalSuffixCache:
 class AcceptanceCalibration:
     """How often a drafted continuation is accepted, learned from the verifier.
 
-    An empirical continuation probability from few occurrences is overconfident
-    (a pattern seen once gives 1.0). The verifier reveals, for every node whose
+    An empirical continuation probability from few occurrences is overconfident (a
+    pattern seen once gives 1.0), and how much it can be trusted depends most on
+    how long a suffix it was estimated on. The verifier reveals, for every node whose
     parent was accepted (or that hangs from the pending token), whether it was
-    accepted; those outcomes update a Beta posterior per bucket of (number of
-    continuations seen, empirical conditional probability). The estimate of a node's
-    conditional acceptance is the posterior mean, whose prior mean is the smoothed
-    empirical probability count / (total + prior_count) with weight
-    ``prior_strength``. A node's acceptance probability is the product along its path.
+    accepted; those outcomes update a Beta posterior per bucket of (suffix length,
+    number of continuations seen, empirical conditional probability). Its prior mean
+    is the smoothed empirical probability count / (total + prior_count), with weight
+    ``prior_strength``.
+
+    `estimate` is optimistic (UCB1, Auer et al. 2002): the posterior mean plus
+    sqrt(log(1 + N) / (2 (n_b + prior_strength))), N = outcomes seen, n_b = the
+    bucket's; a bucket that looked bad early is tried again as N grows, instead of
+    never being drafted (and so never corrected) again. `mean` is without the bonus.
 
     Args:
         prior_count: pseudo-count of the smoothed prior mean (>= 0).
         prior_strength: weight of the prior in pseudo-observations (> 0).
+        exploration: multiplier of the UCB bonus (>= 0; 0 = the posterior mean).
 
-    Buckets: totals {1, 2, 3-4, 5-8, 9+} x probabilities in 5 equal bins.
+    Buckets: suffix lengths {<=1, 2, 3-4, 5-8, 9+} x totals {1, 2, 3-4, 5-8, 9+}
+    x probabilities in 5 equal bins.
     """
 
-    TOTAL_EDGES = (1, 2, 4, 8)
+    EDGES = (1, 2, 4, 8)
     PROB_BINS = 5
 
-    def __init__(self, prior_count: float = 1.0, prior_strength: float = 2.0):
+    def __init__(self, prior_count: float = 1.0, prior_strength: float = 2.0, exploration: float = 1.0):
         if not (np.isfinite(prior_count) and prior_count >= 0 and np.isfinite(prior_strength)
-                and prior_strength > 0):
-            raise ValueError(f"AcceptanceCalibration needs prior_count >= 0 and prior_strength > 0, "
-                             f"got {prior_count!r}, {prior_strength!r}")
+                and prior_strength > 0 and np.isfinite(exploration) and exploration >= 0):
+            raise ValueError(f"AcceptanceCalibration needs prior_count >= 0, prior_strength > 0 and "
+                             f"exploration >= 0, got {prior_count!r}, {prior_strength!r}, {exploration!r}")
         self.prior_count, self.prior_strength = float(prior_count), float(prior_strength)
-        shape = (len(self.TOTAL_EDGES) + 1, self.PROB_BINS)
+        self.exploration = float(exploration)
+        shape = (len(self.EDGES) + 1, len(self.EDGES) + 1, self.PROB_BINS)
         self.accepted = np.zeros(shape)
         self.trials = np.zeros(shape)
+        self.total_trials = 0.0
 
-    def bucket(self, count: int, total: int) -> tuple[int, int]:
-        """Bucket of a continuation seen ``count`` times out of ``total`` (1 <= count <= total)."""
-        row = int(np.searchsorted(self.TOTAL_EDGES, total, side="left"))
+    @staticmethod
+    def _bin(value: float) -> int:
+        return 0 if value <= 1 else 1 if value <= 2 else 2 if value <= 4 else 3 if value <= 8 else 4
+
+    def bucket(self, count: int, total: int, length: int = 1) -> tuple[int, int, int]:
+        """Bucket of a continuation seen ``count`` times out of ``total`` (1 <= count
+        <= total) after a suffix of ``length`` tokens."""
         col = min(int(count / total * self.PROB_BINS), self.PROB_BINS - 1)
-        return row, col
+        return self._bin(length), self._bin(total), col
 
-    def estimate(self, count: int, total: int) -> float:
+    def mean(self, count: int, total: int, length: int = 1) -> float:
         """Posterior-mean conditional acceptance probability of such a continuation."""
-        row, col = self.bucket(count, total)
+        at = self.bucket(count, total, length)
         prior = count / (total + self.prior_count)
-        return float((self.accepted[row, col] + self.prior_strength * prior)
-                     / (self.trials[row, col] + self.prior_strength))
+        return (float(self.accepted[at]) + self.prior_strength * prior) / (float(self.trials[at]) + self.prior_strength)
 
-    def update(self, count: int, total: int, accepted: bool) -> None:
-        """One tested node: its (count, total) and whether the verifier accepted it."""
-        row, col = self.bucket(count, total)
-        self.trials[row, col] += 1
-        self.accepted[row, col] += bool(accepted)
+    def estimate(self, count: int, total: int, length: int = 1) -> float:
+        """`mean` plus the UCB bonus, capped at 1."""
+        at = self.bucket(count, total, length)
+        bonus = self.exploration * math.sqrt(math.log1p(self.total_trials)
+                                             / (2.0 * (float(self.trials[at]) + self.prior_strength)))
+        return min(1.0, self.mean(count, total, length) + bonus)
+
+    def update(self, count: int, total: int, length: int, accepted: bool) -> None:
+        """One tested node: its (count, total, suffix length) and the verifier's verdict."""
+        at = self.bucket(count, total, length)
+        self.trials[at] += 1
+        self.accepted[at] += bool(accepted)
+        self.total_trials += 1
 
     def state_dict(self) -> dict:
         return {"prior_count": self.prior_count, "prior_strength": self.prior_strength,
-                "accepted": self.accepted.tolist(), "trials": self.trials.tolist()}
+                "exploration": self.exploration, "accepted": self.accepted.tolist(),
+                "trials": self.trials.tolist(), "total_trials": self.total_trials}
 
     def load_state_dict(self, state: dict) -> None:
         """Raises ValueError on a malformed state."""
         try:
-            fresh = AcceptanceCalibration(float(state["prior_count"]), float(state["prior_strength"]))
+            fresh = AcceptanceCalibration(float(state["prior_count"]), float(state["prior_strength"]),
+                                          float(state["exploration"]))
             accepted, trials = np.asarray(state["accepted"], float), np.asarray(state["trials"], float)
+            total = float(state["total_trials"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not an AcceptanceCalibration state ({exc})") from exc
         if accepted.shape != fresh.accepted.shape or trials.shape != fresh.trials.shape:
             raise ValueError("AcceptanceCalibration state has the wrong shape")
-        fresh.accepted, fresh.trials = accepted, trials
+        fresh.accepted, fresh.trials, fresh.total_trials = accepted, trials, total
         self.__dict__.update(fresh.__dict__)

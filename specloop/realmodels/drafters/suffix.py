@@ -204,7 +204,7 @@ class SuffixDrafter(BaseDrafter):
         for node in ours:
             tested = parents[node] < 0 or parents[node] in accepted
             if tested and (node in accepted or not feedback.finished):
-                self.calibration.update(*stats[node], node in accepted)
+                self.calibration.update(*stats[node], accepted=node in accepted)
 
     def _sync(self, ids: list[int]) -> None:
         """Follow a context that was not reported through ``observe`` (a drafter driven
@@ -221,34 +221,38 @@ class SuffixDrafter(BaseDrafter):
                    chain: bool = False, stats: list | None = None) -> tuple[list[int], list[int], list[float]]:
         """Best-first candidates (tokens, parents, empirical path probabilities) for
         ``context`` before the cost rule; see `expand_candidates`."""
-        sources = []
+        sources, lengths = [], []
         tail = list(context[-self.max_match:])
         for trie, on in ((self._local, self.use_local), (self.cache.trie, self.use_global)):
             if on and trie is not None:
                 node, matched = longest_match(trie, tail, self.max_match)
                 sources.append((node, trie.depth - matched))
-        return expand_candidates(sources, depth_cap, max_nodes, self.prior_count, self.min_prob, chain, stats)
+                lengths.append(matched)
+        return expand_candidates(sources, depth_cap, max_nodes, self.prior_count, self.min_prob, chain,
+                                 stats, lengths)
 
     def acceptance_estimates(self, parents: Sequence[int], stats: Sequence) -> list[float]:
-        """Calibrated acceptance probability of each candidate: the product of
-        `AcceptanceCalibration.estimate` along its path (parents before children)."""
+        """Calibrated (optimistic) acceptance probability of each candidate: the
+        product of `AcceptanceCalibration.estimate` along its path (parents first)."""
         out: list[float] = []
-        for parent, (count, total) in zip(parents, stats):
-            cond = self.calibration.estimate(count, total)
+        for parent, (count, total, length) in zip(parents, stats):
+            cond = self.calibration.estimate(count, total, length)
             out.append(cond if parent < 0 else out[parent] * cond)
         return out
 
     def propose(self, request: DraftRequest) -> DraftProposal:
         plan = request.plan
-        ids = [int(t) for t in request.ids.reshape(-1).tolist()]
-        self._sync(ids)
+        length = int(request.ids.shape[0])
+        if length != len(self._seq) or not length or int(request.ids[-1]) != self._seq[-1]:
+            self._sync(request.ids.reshape(-1).tolist())     # not followed through observe
+        context = self._seq[-self.max_match:]
         if plan.tree is None:
             depth_cap = max_nodes = min(plan.num_draft_tokens, request.max_tokens)
         else:
             depth_cap = min(int(plan.tree.max_depth), plan.num_draft_tokens or int(plan.tree.max_depth))
             max_nodes = min(request.max_tokens, plan.tree.verify_size or request.max_tokens)
         stats: list = []
-        tokens, parents, probs = self.candidates(ids, depth_cap, max_nodes, chain=plan.tree is None,
+        tokens, parents, probs = self.candidates(context, depth_cap, max_nodes, chain=plan.tree is None,
                                                  stats=stats)
         accept = self.acceptance_estimates(parents, stats)
         keep = len(tokens) if self.verify_cost is None else cost_optimal_size(accept, self.verify_cost)
