@@ -162,6 +162,9 @@ def test_proposals_carry_empirical_path_probabilities():
     assert prop.q_draft is None
     chain = drafter.propose(_request(ctx, DraftPlan(3)))
     assert chain.is_chain and chain.tokens.tolist()[:1] == [3]
+    # k = 0 means "do not speculate", for a tree plan too
+    assert drafter.propose(_request(ctx, DraftPlan(0, TreePlan(top_k=2, max_depth=3)))).size == 0
+    assert drafter.propose(_request(ctx, DraftPlan(0))).size == 0
 
 
 def test_cost_rule_chooses_the_verified_size():

@@ -48,6 +48,9 @@ from specloop.strategies.suffix_tree import (AcceptanceCalibration, GlobalSuffix
 
 __all__ = ["SuffixDrafter", "shipped_verify_cost", "make_suffix_drafter"]
 
+#: Most nodes of a tree plan without a ``verify_size``.
+DEFAULT_TREE_NODES = 64
+
 #: The verify-cost table shipped with the package (written by benchmarks/verify_cost.py).
 _COST_TABLE = ("sim", "data", "smollm2_135m_cpu_verify_cost.json")
 
@@ -104,7 +107,8 @@ class SuffixDrafter(BaseDrafter):
 
     Plans: a chain plan drafts the most probable path, at most
     ``plan.num_draft_tokens`` long; a tree plan drafts best-first, at most
-    ``plan.tree.verify_size`` nodes (or ``request.max_tokens``) to depth
+    ``plan.tree.verify_size`` nodes (else `DEFAULT_TREE_NODES`; never more than
+    ``request.max_tokens``) to depth
     ``plan.tree.max_depth``; then the cost rule keeps the best n of them.
 
     Raises:
@@ -241,6 +245,13 @@ class SuffixDrafter(BaseDrafter):
         return out
 
     def propose(self, request: DraftRequest) -> DraftProposal:
+        """Draft for ``request`` (see the class docstring for the plan's caps).
+
+        Returns:
+            A `DraftProposal` (q_draft None) of the cost-optimal best-first nodes,
+            ``node_probs`` = their empirical path probabilities (float64); empty when
+            nothing matched or verifying nothing is cheapest per expected token.
+        """
         plan = request.plan
         length = int(request.ids.shape[0])
         if length != len(self._seq) or not length or int(request.ids[-1]) != self._seq[-1]:
@@ -249,8 +260,8 @@ class SuffixDrafter(BaseDrafter):
         if plan.tree is None:
             depth_cap = max_nodes = min(plan.num_draft_tokens, request.max_tokens)
         else:
-            depth_cap = min(int(plan.tree.max_depth), plan.num_draft_tokens or int(plan.tree.max_depth))
-            max_nodes = min(request.max_tokens, plan.tree.verify_size or request.max_tokens)
+            depth_cap = min(int(plan.tree.max_depth), plan.num_draft_tokens)
+            max_nodes = min(request.max_tokens, plan.tree.verify_size or DEFAULT_TREE_NODES)
         stats: list = []
         tokens, parents, probs = self.candidates(context, depth_cap, max_nodes, chain=plan.tree is None,
                                                  stats=stats)
