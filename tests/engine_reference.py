@@ -131,7 +131,11 @@ class _Plan:
         pass
 
 
-def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = 24, indices=None,
+#: new tokens per prompt of the real-decoder reference
+MAX_NEW_TOKENS = 24
+
+
+def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = MAX_NEW_TOKENS, indices=None,
                    target=None) -> dict:
     """Committed tokens and per-round counts of the real decoder on SmolLM2 float32, for
     the prompts ``indices`` (default all) of the ``prompts`` reference prompts; entries
