@@ -41,10 +41,11 @@ sum_t p_t . l_t - min_i L_T^i is at most (`hedge_regret_bound`)
 
     no delay, anytime:  2 sqrt(T ln K / 2) + sqrt(ln K / 8)        (CBL Thm. 2.3)
     no delay, fixed:    ln K / eta + eta T / 8 = sqrt(T ln K / 2)   (CBL Thm. 2.2)
-    delay <= d rounds:  the above + sum_t (exp(eta_t d) - 1),
+    delay <= d rounds:  the above + sum_t min(1, exp(eta_t d) - 1),
 
 the delayed term because the played weights miss at most d loss vectors in [0, 1]^K,
-so each weight is within a factor exp(eta_t d) of the undelayed one. The comparator is
+so each weight is within a factor exp(eta_t d) of the undelayed one (and a round's
+loss difference is at most 1). The comparator is
 the best source on the realised rounds (whose boundaries depend on the choices).
 
 This module sees no models and no simulator (strategies layer).
@@ -109,7 +110,7 @@ def hedge_regret_bound(num_rounds: int, num_sources: int, horizon: int | None = 
         eta = hedge_learning_rate(num_sources, 1, horizon)
         base = log_k / eta + eta * num_rounds / 8.0
     rates = [hedge_learning_rate(num_sources, t, horizon) for t in range(1, num_rounds + 1)]
-    return base + sum(math.expm1(eta * delay) for eta in rates) if delay else base
+    return base + sum(min(1.0, math.expm1(eta * delay)) for eta in rates) if delay else base
 
 
 class HedgeOverSources:

@@ -8,7 +8,8 @@ and ignore options it does not know). Built in: ``ngram`` (prompt lookup),
 ``ngram-datastore`` (REST retrieval from an n-gram index of the target's warm-up
 corpus merged with prompt lookup, `drafters.datastore`; the index is built once and
 cached), ``suffix`` (SuffixDecoding over earlier outputs and the current request,
-`drafters.suffix`) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
+`drafters.suffix`), ``hedge:SOURCE,SOURCE,...`` (exponential weights over those sources,
+`drafters.hedge`) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
 HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
@@ -54,6 +55,11 @@ def check_drafter_name(name: str) -> None:
     _ensure_builtins()
     if name in _FACTORIES:
         return
+    if name.startswith("hedge:"):                   # an ensemble: check every source
+        from specloop.realmodels.drafters.hedge import parse_hedge_name
+        for source in parse_hedge_name(name):
+            check_drafter_name(source)
+        return
     from specloop.realmodels.loading import model_exists_locally, registry_names
     if not model_exists_locally(name):
         raise ValueError(f"unknown drafter {name!r}: registered drafters are {', '.join(_FACTORIES)}; "
@@ -74,6 +80,9 @@ def make_drafter(name: str, target: Any, **options: Any):
     check_drafter_name(name)
     if name in _FACTORIES:
         return _FACTORIES[name](target, **options)
+    if name.startswith("hedge:"):
+        from specloop.realmodels.drafters.hedge import make_hedge_drafter
+        return make_hedge_drafter(target, name, make_drafter, **options)
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
     return make_small_lm_drafter(target, model=name, **options)
 

@@ -1,0 +1,256 @@
+"""Hedge over draft sources: ``--draft hedge:suffix,ngram`` (issue 21, section 2).
+
+Every round every source proposes (timed); `specloop.strategies.hedge_sources.
+HedgeOverSources` picks one by exponential weights over the sources' cumulative
+tokens-per-second losses and its proposal is verified (``mode="choose"``), or the
+sources' trees are merged into one trie, heaviest source first (``mode="merge"``, tree
+plans only; a chain plan falls back to "choose"). Each source's loss is decided from
+the committed tokens (`DelayedFeedback`: no extra target calls, censored rounds wait
+for the next rounds, at most ``max_delay`` rounds); see `strategies.hedge_sources` for
+the loss, its normalisation, the learning rate and the regret bound. HedgeSpec
+(arXiv 2510.20064) selects drafters the same way.
+
+Every source observes every round, so its own state (the suffix trie, an n-gram
+length model) follows the committed sequence. The source whose proposal was verified
+gets the decoder's feedback; the others get the feedback a greedy verifier would have
+given *their* proposal, as far as the committed tokens decide it: their accepted path
+along the committed tokens (at most ``len(committed) - 1`` nodes, or all of them in a
+finished round), the nodes whose outcome is not yet known (the child that matches the
+last committed token, and its subtree) removed through `DraftProposal.subset` (which
+keeps each node's index in the source's own numbering), ``p_target`` / ``target_logits``
+rows of the committed positions, ``child_acceptance_ratios`` empty. SuffixDrafter
+calibrates on exactly those nodes; NGramDrafter's length model sees the decided
+accepted length (a censored one as ``len(committed) - 1``).
+
+Lossless: sources must be deterministic (``q_draft`` None, verified as point masses,
+lossless for greedy and sampling) and the choice uses the drafter's own numpy
+Generator, never the target's random numbers. A source that returns ``q_draft`` or
+needs the target's hidden states (EAGLE-style heads keep a cache of their own drafted
+nodes, which a round they did not propose would corrupt) is refused with ValueError.
+Drafting seconds are measured on the wall clock (so the choice, and a sampled run's
+tokens, vary with the machine's load), or fixed per source with ``draft_seconds``.
+"""
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+
+from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
+from specloop.realmodels.drafters.ngram import build_trie
+from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, SourceDraft,
+                                               ThroughputLoss, accepted_prefix)
+
+__all__ = ["HedgeDrafter", "parse_hedge_name", "make_hedge_drafter", "greedy_feedback"]
+
+PREFIX = "hedge:"
+_MODES = ("choose", "merge")
+
+
+def parse_hedge_name(name: str) -> list[str]:
+    """``"hedge:suffix,ngram"`` -> ``["suffix", "ngram"]``.
+
+    Raises:
+        ValueError: no ``hedge:`` prefix, an empty source, a nested ``hedge:``.
+    """
+    if not name.startswith(PREFIX):
+        raise ValueError(f"not a hedge drafter name (expected 'hedge:SOURCE,SOURCE,...'): {name!r}")
+    sources = [s.strip() for s in name[len(PREFIX):].split(",")]
+    if not sources or any(not s for s in sources):
+        raise ValueError(f"{name!r}: give the sources as 'hedge:SOURCE,SOURCE,...' (none empty)")
+    if any(s.startswith(PREFIX) for s in sources):
+        raise ValueError(f"{name!r}: a hedge source cannot itself be a hedge ensemble")
+    return sources
+
+
+def greedy_feedback(proposal: DraftProposal, feedback: VerifyFeedback) -> VerifyFeedback:
+    """The feedback a greedy verifier would have given ``proposal`` in ``feedback``'s
+    round, restricted to the nodes the committed tokens decide (module docstring)."""
+    committed = [int(t) for t in feedback.committed_tokens.reshape(-1).tolist()]
+    tokens, parents = proposal.tokens.tolist(), proposal.parents.tolist()
+    length, _ = accepted_prefix(tokens, parents, committed)
+    cap = len(committed) if feedback.finished else len(committed) - 1
+    accepted, node = [], -1
+    for depth in range(min(length, cap)):
+        node = next(i for i in range(len(tokens)) if parents[i] == node and tokens[i] == committed[depth])
+        accepted.append(node)
+    if length > cap:                                  # the next node matched: its outcome is unknown
+        drop = next(i for i in range(len(tokens)) if parents[i] == node and tokens[i] == committed[cap])
+        gone = {drop}
+        for i in range(drop + 1, len(tokens)):
+            if parents[i] in gone:
+                gone.add(i)
+        keep = [i for i in range(len(tokens)) if i not in gone]
+        renumber = {old: new for new, old in enumerate(keep)}
+        proposal, accepted = proposal.subset(keep), [renumber[i] for i in accepted]
+    rows = len(accepted) + 1
+    return VerifyFeedback(proposal, tuple(accepted), feedback.committed_tokens,
+                          feedback.p_target[:rows], feedback.target_logits[:rows], None, (), feedback.finished)
+
+
+class HedgeDrafter(BaseDrafter):
+    """Exponential weights over deterministic draft sources (module docstring).
+
+    Args:
+        sources: the K >= 1 source drafters (not needing target hidden states).
+        names: their names for reports (default the drafters' ``name``).
+        verify_cost: seconds to verify 1..M tokens for the loss (`ThroughputLoss`).
+        mode: "choose" (verify the chosen source's proposal) or "merge".
+        choose: "sample" (draw from the weights with the own Generator; Hedge's
+            regret bound applies) or "argmax".
+        horizon: T for the fixed learning rate, None = anytime.
+        draft_seconds: None = measured wall clock, or K fixed seconds per proposal.
+        max_delay: the most rounds a round's losses may wait (>= 1).
+        seed: seed of the choice generator.
+
+    Raises:
+        ValueError: no sources, a source needing hidden states, bad names / options;
+            at propose time a source returning ``q_draft``.
+    """
+
+    name = "hedge"
+
+    def __init__(self, sources: Sequence, names: Sequence[str] | None = None, *,
+                 verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample",
+                 horizon: int | None = None, draft_seconds: Sequence[float] | None = None,
+                 max_delay: int = 64, seed: int | None = 0):
+        self.sources = list(sources)
+        if not self.sources:
+            raise ValueError("a hedge drafter needs at least one source")
+        self.names = [getattr(s, "name", type(s).__name__) for s in self.sources] if names is None else list(names)
+        if len(self.names) != len(self.sources):
+            raise ValueError(f"{len(self.names)} names for {len(self.sources)} sources")
+        for name, src in zip(self.names, self.sources):
+            if tuple(getattr(src, "needs_target_hidden", ())):
+                raise ValueError(f"hedge source {name!r} needs the target's hidden states (a head with "
+                                 "its own draft cache); only context / suffix sources can be mixed")
+        if mode not in _MODES:
+            raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+        if draft_seconds is not None and (len(draft_seconds) != len(self.sources)
+                                          or any(not float(s) >= 0 for s in draft_seconds)):
+            raise ValueError(f"draft_seconds must give {len(self.sources)} seconds >= 0")
+        self.mode = mode
+        self.draft_seconds = None if draft_seconds is None else [float(s) for s in draft_seconds]
+        self.hedge = HedgeOverSources(len(self.sources), horizon, choose, seed)
+        self.delayed = DelayedFeedback(ThroughputLoss(verify_cost), max_delay)
+        self.name = PREFIX + ",".join(self.names)
+        self.chosen_counts = [0] * len(self.sources)
+        self._round: tuple[list[DraftProposal], int | None] | None = None   # proposals, verified source
+
+    def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
+        self._apply(self.delayed.end_request())
+        self._round = None
+        for src in self.sources:
+            src.reset(prompt_ids)
+
+    def _apply(self, decided) -> None:
+        for round_id, losses in decided:
+            self.hedge.update(round_id, losses)
+
+    def propose(self, request: DraftRequest) -> DraftProposal:
+        """Every source proposes; returns the chosen one's proposal (or the merge)."""
+        proposals, drafts = [], []
+        for i, (name, src) in enumerate(zip(self.names, self.sources)):
+            start = time.perf_counter()
+            prop = src.propose(request)
+            seconds = time.perf_counter() - start if self.draft_seconds is None else self.draft_seconds[i]
+            if prop.q_draft is not None:
+                raise ValueError(f"hedge source {name!r} returned a sampled draft (q_draft); only "
+                                 "deterministic sources (q_draft None) can be mixed losslessly")
+            proposals.append(prop)
+            drafts.append(SourceDraft(prop.tokens.tolist(), prop.parents.tolist(), seconds))
+        round_id, chosen = self.hedge.play()
+        self.delayed.add(round_id, drafts)
+        self.chosen_counts[chosen] += 1
+        if self.mode == "merge" and request.plan.tree is not None:
+            self._round = (proposals, None)
+            return self._merge(proposals, request)
+        self._round = (proposals, chosen)
+        return proposals[chosen]
+
+    def _merge(self, proposals: list[DraftProposal], request: DraftRequest) -> DraftProposal:
+        """One trie of every source's root-to-node paths, heaviest source first."""
+        weights = self.hedge.weights(self.hedge.t)          # p_t of this round (played already)
+        order = sorted(range(len(proposals)), key=lambda i: -weights[i])
+        paths = []
+        for i in order:
+            toks, pars = proposals[i].tokens.tolist(), proposals[i].parents.tolist()
+            children = {p for p in pars}
+            for node in range(len(toks)):
+                if node in children:
+                    continue                         # a leaf gives its whole path
+                path, cur = [], node
+                while cur >= 0:
+                    path.append(toks[cur])
+                    cur = pars[cur]
+                paths.append(path[::-1])
+        tree = request.plan.tree
+        cap = min(request.max_tokens, tree.verify_size or sum(p.size for p in proposals))
+        tokens, parents = build_trie(paths, cap)
+        if not tokens:
+            return DraftProposal.empty(device=request.ids.device)
+        return DraftProposal(torch.tensor(tokens, dtype=torch.long, device=request.ids.device),
+                             torch.tensor(parents, dtype=torch.long, device=request.ids.device))
+
+    def observe(self, feedback: VerifyFeedback) -> None:
+        """Decide the losses the committed tokens reveal; every source observes."""
+        self._apply(self.delayed.commit(feedback.committed_tokens.reshape(-1).tolist()))
+        proposals, verified = self._round if self._round is not None else ([], None)
+        self._round = None
+        for i, src in enumerate(self.sources):      # the verified source: the decoder's own feedback
+            mine = proposals[i] if proposals else DraftProposal.empty()
+            src.observe(feedback if i == verified else greedy_feedback(mine, feedback))
+        if feedback.finished:
+            self._apply(self.delayed.end_request())
+        return None
+
+    def report(self) -> dict:
+        """Per-stream report: weights, cumulative losses, choices, regret (`HedgeOverSources.regret`)."""
+        return {"sources": list(self.names), "weights": self.hedge.weights().tolist(),
+                "cumulative_loss": self.hedge.cumulative_loss.tolist(),
+                "chosen_counts": list(self.chosen_counts), "pending_rounds": self.delayed.pending,
+                "regret": self.hedge.regret()}
+
+    def state_dict(self) -> dict:
+        """The Hedge state and each source's ``state_dict`` (None where it has none)."""
+        return {"kind": "hedge", "sources": list(self.names), "hedge": self.hedge.state_dict(),
+                "chosen_counts": list(self.chosen_counts),
+                "source_states": [s.state_dict() if hasattr(s, "state_dict") else None for s in self.sources]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` (pending rounds of an open request are not saved).
+
+        Raises:
+            ValueError: not a hedge state, or other sources."""
+        if not isinstance(state, dict) or state.get("kind") != "hedge":
+            raise ValueError("not a HedgeDrafter state (expected {'kind': 'hedge', ...})")
+        if list(state["sources"]) != self.names:
+            raise ValueError(f"saved hedge state has sources {state['sources']}, this drafter {self.names}")
+        self.hedge.load_state_dict(state["hedge"])
+        self.hedge._played.clear()
+        self.chosen_counts = list(state["chosen_counts"])
+        for src, sub in zip(self.sources, state["source_states"]):
+            if sub is not None and hasattr(src, "load_state_dict"):
+                src.load_state_dict(sub)
+
+
+_OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_horizon": "horizon",
+            "hedge_draft_seconds": "draft_seconds", "hedge_max_delay": "max_delay", "hedge_seed": "seed"}
+
+
+def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
+    """Registry factory for ``hedge:SOURCE,...``: each source is built by
+    ``build(source_name, target, **options)`` (the registry passes its `make_drafter`)
+    with the same ``options``; the Hedge's own options are
+    ``hedge_mode``, ``hedge_choose``, ``hedge_horizon``, ``hedge_draft_seconds``,
+    ``hedge_max_delay``, ``hedge_seed``; ``verify_cost`` (a table) or ``dtype`` (the
+    shipped SmolLM2 / CPU table) prices verification."""
+    from specloop.realmodels.drafters.suffix import shipped_verify_cost
+    names = parse_hedge_name(name)
+    sources = [build(n, target, **options) for n in names]
+    cost = options.get("verify_cost")
+    if cost is None or isinstance(cost, str):
+        cost = shipped_verify_cost(str(options.get("dtype") or "float32"))
+    kwargs = {key: options[opt] for opt, key in _OPTIONS.items() if options.get(opt) is not None}
+    return HedgeDrafter(sources, names, verify_cost=cost, **kwargs)
