@@ -48,6 +48,25 @@ def plain_greedy(model, prompt: list[int], max_new_tokens: int, eos: int | None 
     return out
 
 
+def exact_joint(model, prompt: list[int], sampling, length: int, vocab: int) -> dict[tuple, float]:
+    """P(x_1..x_length | prompt) of every continuation under ``sampling`` (temperature,
+    top-k, top-p applied by `processed_probs`), by enumeration: the law a lossless
+    sampler's first ``length`` tokens must follow (for the chi-square tests)."""
+    import itertools
+    from specloop.realmodels.sampling import processed_probs
+    probs = {}
+    for cont in itertools.product(range(vocab), repeat=length):
+        total = 1.0
+        for i in range(length):
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt + list(cont[:i])])).logits[0, -1]
+            total *= float(processed_probs(logits, sampling)[cont[i]])
+            if total == 0.0:
+                break
+        probs[cont] = total
+    return probs
+
+
 class SpyDrafter(BaseDrafter):
     """Wraps a drafter and records every proposal and feedback."""
 

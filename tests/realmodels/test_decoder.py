@@ -5,7 +5,6 @@ against the exact joint computed by enumeration), q handed to verification is th
 one sampled from, identical draft => acceptance 1, bad inputs."""
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -20,7 +19,7 @@ from specloop.realmodels.drafters.small_lm import SmallLMDrafter
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
 from specloop.realmodels.sampling import SamplingConfig, processed_probs
 from specloop.strategies.base import DraftPlan
-from tests.realmodels.decoder_util import one_thread, FixedDrafter, SpyDrafter, as_loaded, plain_greedy, tiny_llama
+from tests.realmodels.decoder_util import one_thread, FixedDrafter, SpyDrafter, as_loaded, exact_joint, plain_greedy, tiny_llama
 
 VOCAB = 12
 POLICIES = {
@@ -115,19 +114,9 @@ def test_context_window_stops(target):
     assert len(result.new_tokens) == 4 and result.stop_reason == "context"
 
 
+
 def _exact_joint(model, prompt, sampling, length):
-    """P(x_1..x_length | prompt) for every continuation, by enumeration."""
-    probs = {}
-    for cont in itertools.product(range(VOCAB), repeat=length):
-        total = 1.0
-        for i in range(length):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + list(cont[:i])])).logits[0, -1]
-            total *= float(processed_probs(logits, sampling)[cont[i]])
-            if total == 0.0:
-                break
-        probs[cont] = total
-    return probs
+    return exact_joint(model, prompt, sampling, length, VOCAB)
 
 
 @pytest.mark.parametrize("case", [

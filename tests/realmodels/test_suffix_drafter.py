@@ -3,7 +3,6 @@ tree, EOS inside a block), sampling keeps the target distribution (chi-square),
 the global structure learns from earlier requests, the cost rule, state files."""
 from __future__ import annotations
 
-import itertools
 import json
 
 import numpy as np
@@ -16,9 +15,9 @@ from specloop.realmodels.drafters.base import DraftRequest
 from specloop.realmodels.drafters.registry import make_drafter
 from specloop.realmodels.drafters.suffix import SuffixDrafter, shipped_verify_cost
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
-from specloop.realmodels.sampling import SamplingConfig, processed_probs
+from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan, TreePlan
-from tests.realmodels.decoder_util import SpyDrafter, as_loaded, one_thread, plain_greedy, tiny_llama  # noqa: F401
+from tests.realmodels.decoder_util import SpyDrafter, as_loaded, exact_joint, one_thread, plain_greedy, tiny_llama  # noqa: F401
 
 VOCAB = 12
 POLICIES = {
@@ -99,18 +98,9 @@ def test_global_structure_learns_from_earlier_requests(target):
     assert on.cache.num_tokens == 2 * (10 * 16 + tails) == off.cache.num_tokens
 
 
+
 def _exact_joint(model, prompt, sampling, length):
-    probs = {}
-    for cont in itertools.product(range(VOCAB), repeat=length):
-        total = 1.0
-        for i in range(length):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + list(cont[:i])])).logits[0, -1]
-            total *= float(processed_probs(logits, sampling)[cont[i]])
-            if total == 0.0:
-                break
-        probs[cont] = total
-    return probs
+    return exact_joint(model, prompt, sampling, length, VOCAB)
 
 
 @pytest.mark.parametrize("case", [("chain", SamplingConfig(1.0)), ("tree", SamplingConfig(0.8, top_k=6))])

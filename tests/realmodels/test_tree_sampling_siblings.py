@@ -16,7 +16,6 @@ sampled nodes as well.
 """
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -31,7 +30,7 @@ from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
 from specloop.realmodels.sampling import SamplingConfig, processed_probs
 from specloop.realmodels.verify import verify_tree
 from specloop.strategies.base import DraftPlan, TreePlan
-from tests.realmodels.decoder_util import as_loaded, one_thread, tiny_llama  # noqa: F401 (fixture)
+from tests.realmodels.decoder_util import as_loaded, exact_joint, one_thread, tiny_llama  # noqa: F401 (fixture)
 
 P_TARGET = torch.tensor([0.30, 0.25, 0.20, 0.15, 0.10], dtype=torch.float64)
 Q_DRAFT = torch.tensor([0.70, 0.15, 0.10, 0.04, 0.01], dtype=torch.float64)
@@ -124,16 +123,9 @@ def test_siblings_are_distinct_and_rows_exclude_earlier_siblings():
 VOCAB = 6
 
 
-def _exact_joint(model, prompt: list[int], sampling: SamplingConfig, length: int) -> dict[tuple, float]:
-    probs = {}
-    for cont in itertools.product(range(VOCAB), repeat=length):
-        total = 1.0
-        for i in range(length):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + list(cont[:i])])).logits[0, -1]
-            total *= float(processed_probs(logits, sampling)[cont[i]])
-        probs[cont] = total
-    return probs
+
+def _exact_joint(model, prompt, sampling, length):
+    return exact_joint(model, prompt, sampling, length, VOCAB)
 
 
 @pytest.mark.parametrize("shape", ["3x2", "3x2,v=3"])
