@@ -18,7 +18,8 @@ linearly, c(n) = c(M) n / M). Its rate is r_i = m_i / (d_i + c(n_i + 1)) tokens/
 
 R being the best rate any proposal can reach (every node accepted, no drafting time):
 r_i <= (n_i + 1) / c(n_i + 1) <= R, so loss_i lies in [0, 1]. Minimising the summed
-loss maximises the summed per-round rate.
+loss maximises the summed per-round rate. (With ``max_nodes`` N, R is the maximum over
+n <= N + 1 only, and a larger proposal's loss is clipped at 0.)
 
 Feedback. With greedy decoding the target's committed continuation does not depend on
 the drafts, so a_i is the longest path of source i's tree that matches the committed
@@ -223,15 +224,21 @@ class ThroughputLoss:
     Args:
         verify_cost: seconds to verify 1..M tokens (entry n-1 = n tokens), finite > 0;
             made non-decreasing (`monotone_cost`).
+        max_nodes: optional N >= 0, the most nodes a proposal will have (e.g. the
+            plan's k or verify_size): R = max over n <= N + 1 only, which spreads the
+            losses of small proposals over [0, 1] (a larger proposal's loss is clipped at 0).
 
     Raises:
-        ValueError: a malformed table (from `monotone_cost`).
+        ValueError: a malformed table (from `monotone_cost`), max_nodes < 0.
     """
 
-    def __init__(self, verify_cost: Sequence[float]):
+    def __init__(self, verify_cost: Sequence[float], max_nodes: int | None = None):
         self.cost = monotone_cost(verify_cost)
-        sizes = np.arange(1, self.cost.size + 1)
-        self.rate_scale = float(np.max(sizes / self.cost))      # R, tokens per second
+        if max_nodes is not None and (isinstance(max_nodes, bool) or int(max_nodes) < 0):
+            raise ValueError(f"max_nodes must be an integer >= 0 or None, got {max_nodes!r}")
+        top = self.cost.size if max_nodes is None else min(self.cost.size, int(max_nodes) + 1)
+        sizes = np.arange(1, top + 1)
+        self.rate_scale = float(np.max(sizes / self.cost[:top]))      # R, tokens per second
 
     def verify_seconds(self, num_tokens: int) -> float:
         """c(n) for n >= 1 new tokens (linear past the table)."""

@@ -194,9 +194,11 @@ class _Head(BaseDrafter):
 
 def test_registry_and_refusals(target):
     drafter = make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_mode="merge",
-                           hedge_draft_seconds=[0.0, 0.0], depth=24)
+                           hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4, depth=24)
     assert isinstance(drafter, HedgeDrafter) and drafter.name == "hedge:suffix,ngram"
     assert drafter.mode == "merge" and drafter.sources[0].cache.depth == 24
+    cost = drafter.delayed.loss.cost
+    assert drafter.delayed.loss.rate_scale == pytest.approx(max(n / cost[n - 1] for n in range(1, 6)))
     check_drafter_name("hedge:suffix,ngram,ngram-datastore")
     assert parse_hedge_name("hedge: suffix , ngram") == ["suffix", "ngram"]
     for bad in ("hedge:", "hedge:suffix,", "hedge:hedge:ngram", "hedge:no-such-drafter-xyz"):

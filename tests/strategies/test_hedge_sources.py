@@ -152,6 +152,11 @@ def test_throughput_loss_normalisation():
     assert loss(1, 0.0, 0) == pytest.approx(0.5)          # a plain step: 1 token / 1 s
     assert loss(1, 1.0, 0) == pytest.approx(0.75)         # drafting time counts
     assert loss.verify_seconds(8) == pytest.approx(4.0)   # linear past the table
+    capped = ThroughputLoss(cost, max_nodes=1)            # R over n <= 2 only: 2 / 1.2
+    assert capped.rate_scale == pytest.approx(2 / 1.2) and capped(2, 0.0, 1) == pytest.approx(0.0)
+    assert capped(4, 0.0, 3) == 0.0                       # a larger proposal is clipped at 0
+    with pytest.raises(ValueError):
+        ThroughputLoss(cost, max_nodes=-1)
     rng = np.random.default_rng(0)
     for _ in range(200):
         nodes = int(rng.integers(0, 20))

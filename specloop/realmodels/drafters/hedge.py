@@ -102,6 +102,7 @@ class HedgeDrafter(BaseDrafter):
         horizon: T for the fixed learning rate, None = anytime.
         draft_seconds: None = measured wall clock, or K fixed seconds per proposal.
         max_delay: the most rounds a round's losses may wait (>= 1).
+        max_nodes: the loss's normalisation cap (`ThroughputLoss`; None = the table).
         seed: seed of the choice generator.
 
     Raises:
@@ -114,7 +115,7 @@ class HedgeDrafter(BaseDrafter):
     def __init__(self, sources: Sequence, names: Sequence[str] | None = None, *,
                  verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample",
                  horizon: int | None = None, draft_seconds: Sequence[float] | None = None,
-                 max_delay: int = 64, seed: int | None = 0):
+                 max_delay: int = 64, max_nodes: int | None = None, seed: int | None = 0):
         self.sources = list(sources)
         if not self.sources:
             raise ValueError("a hedge drafter needs at least one source")
@@ -133,7 +134,7 @@ class HedgeDrafter(BaseDrafter):
         self.mode = mode
         self.draft_seconds = None if draft_seconds is None else [float(s) for s in draft_seconds]
         self.hedge = HedgeOverSources(len(self.sources), horizon, choose, seed)
-        self.delayed = DelayedFeedback(ThroughputLoss(verify_cost), max_delay)
+        self.delayed = DelayedFeedback(ThroughputLoss(verify_cost, max_nodes), max_delay)
         self.name = PREFIX + ",".join(self.names)
         self.chosen_counts = [0] * len(self.sources)
         self._round: tuple[list[DraftProposal], int | None] | None = None   # proposals, verified source
@@ -236,7 +237,8 @@ class HedgeDrafter(BaseDrafter):
 
 
 _OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_horizon": "horizon",
-            "hedge_draft_seconds": "draft_seconds", "hedge_max_delay": "max_delay", "hedge_seed": "seed"}
+            "hedge_draft_seconds": "draft_seconds", "hedge_max_delay": "max_delay",
+            "hedge_max_nodes": "max_nodes", "hedge_seed": "seed"}
 
 
 def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
@@ -244,7 +246,7 @@ def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
     ``build(source_name, target, **options)`` (the registry passes its `make_drafter`)
     with the same ``options``; the Hedge's own options are
     ``hedge_mode``, ``hedge_choose``, ``hedge_horizon``, ``hedge_draft_seconds``,
-    ``hedge_max_delay``, ``hedge_seed``; ``verify_cost`` (a table) or ``dtype`` (the
+    ``hedge_max_delay``, ``hedge_max_nodes``, ``hedge_seed``; ``verify_cost`` (a table) or ``dtype`` (the
     shipped SmolLM2 / CPU table) prices verification."""
     from specloop.realmodels.drafters.suffix import shipped_verify_cost
     names = parse_hedge_name(name)
