@@ -209,8 +209,9 @@ class SpeculativeDecoder:
 
     # -- decoding ------------------------------------------------------------------
     def session(self, prompt_ids, max_new_tokens: int = 64, *, stream_index: int = 0,
-                on_tokens: Callable[[list[int]], None] | None = None) -> DecodeSession:
-        """A prefilled `DecodeSession` for one prompt (step it with `drive_round`).
+                on_tokens: Callable[[list[int]], None] | None = None, profile: bool = False) -> DecodeSession:
+        """A prefilled `DecodeSession` for one prompt (step it with `drive_round`;
+        ``profile`` times each round's phases, see `DecodeSession`).
 
         Raises:
             ValueError: as `generate`.
@@ -219,7 +220,7 @@ class SpeculativeDecoder:
         ids = validate_prompt(prompt_ids, self.vocab_size, self.context_window)
         self._check_sliding_window(int(ids.numel()) + max_new_tokens)
         self.calibrate()                          # "auto" padding: once, before the first prefill
-        session = DecodeSession(self, ids, max_new_tokens, stream_index, on_tokens)
+        session = DecodeSession(self, ids, max_new_tokens, stream_index, on_tokens, profile)
         session.prefill()
         return session
 

@@ -69,6 +69,40 @@ class GenerationResult:
         return self.trace.total_time if len(self.trace) else 0.0
 
 
+#: the phases `DecodeSession` times when profiling (in round order; they partition the round)
+PHASES = ("draft", "tree_selection", "mask_positions", "target_forward", "acceptance", "cache_surgery",
+          "feedback", "record")
+
+
+class _Phases:
+    """Seconds per phase of the current round: ``mark(name)`` charges the time since the
+    previous mark to ``name`` (a no-op object when profiling is off)."""
+
+    def __init__(self, clock):
+        self.clock, self.seconds, self._last = clock, {}, None
+
+    def start(self, t0: float) -> None:
+        self.seconds = {name: 0.0 for name in PHASES}
+        self._last = t0
+
+    def mark(self, name: str) -> float:
+        """Charge the time since the last mark to ``name``; returns the time now."""
+        now = self.clock()
+        self.seconds[name] += now - self._last
+        self._last = now
+        return now
+
+
+class _NoPhases:
+    seconds: dict = {}
+
+    def start(self, t0: float) -> None:
+        pass
+
+    def mark(self, name: str) -> None:
+        return None
+
+
 class TargetPass:
     """The target's verification forward over one proposal (`DecodeSession.target_pass`).
 
@@ -104,13 +138,17 @@ class DecodeSession:
         max_new_tokens: cap on generated tokens (int >= 0).
         stream_index: written into each record.
         on_tokens: called with the committed token ids after each round.
+        profile: time the round's phases (`PHASES`, seconds, device synchronised):
+            ``phase_log`` gets one dict per round. All but "record" partition the
+            record's draft + verify + update seconds; "record" (building the record)
+            comes after them, outside the round's time.
 
     Use: ``session.prefill()`` once, then `drive_round(policy, session)` until
     ``session.done``; ``session.result()`` gives the `GenerationResult`.
     """
 
     def __init__(self, decoder, prompt_ids: torch.Tensor, max_new_tokens: int, stream_index: int = 0,
-                 on_tokens: Callable[[list[int]], None] | None = None):
+                 on_tokens: Callable[[list[int]], None] | None = None, profile: bool = False):
         self.decoder, self.drafter = decoder, decoder.drafter
         self.ids, self.max_new_tokens = prompt_ids, int(max_new_tokens)
         self.stream_index, self.on_tokens = int(stream_index), on_tokens
@@ -121,6 +159,8 @@ class DecodeSession:
         self.stop_reason = "length"
         self.prefill_time = 0.0
         self._finished = False
+        self._phases = _Phases(decoder._clock) if profile else _NoPhases()
+        self.phase_log: list[dict[str, float]] = []
 
     # -- prefill ---------------------------------------------------------------------
     def prefill(self) -> float:
@@ -170,6 +210,7 @@ class DecodeSession:
         if self.done:
             raise ValueError("the session is finished (EOS, max_new_tokens or the context window)")
         self._t0 = self.decoder._clock()
+        self._phases.start(self._t0)
         self._plan = plan
         self._cap = max(0, min(int(plan.num_draft_tokens), self.remaining - 1, self.room - 1))
         return self._cap
@@ -183,7 +224,7 @@ class DecodeSession:
     def mark_drafted(self) -> None:
         """End the round's draft time now (engines that draft through `propose` and
         decide outside the session, e.g. the LTD engine, call it themselves)."""
-        self._t1 = self.decoder._clock()
+        self._t1 = self._phases.mark("tree_selection") or self.decoder._clock()
 
     def verify(self, hooks: RoundHooks) -> RoundRecord:
         """Verify this round's proposal, commit, feed back; the complete record."""
@@ -201,9 +242,12 @@ class DecodeSession:
         d = self.decoder
         ids = torch.tensor(self.seq, dtype=torch.long, device=d.device)
         request = DraftRequest(ids, plan, self.room - 1, d.sampling, d.generator, len(self.trace), hooks)
-        proposal = self._clip(self.drafter.propose(request), cap, self.room - 1)
+        proposal = self.drafter.propose(request)
+        self._phases.mark("draft")
+        proposal = self._clip(proposal, cap, self.room - 1)
         if hooks is not None and not hooks.asked and _has_hooks(hooks.policy):
             proposal = _apply_hooks(proposal, hooks, len(self.seq))
+        self._phases.mark("tree_selection")
         return proposal
 
     def _clip(self, proposal: DraftProposal, max_depth: int, max_nodes: int) -> DraftProposal:
@@ -239,7 +283,9 @@ class DecodeSession:
                                     self.seq[-1])
         mask, positions = verify_block_inputs(parents, cache_len, d.dtype, d.device)
         block = torch.cat([torch.tensor(self.seq[-1:], dtype=torch.long), tokens])
+        self._phases.mark("mask_positions")
         logits, hidden = d._forward(self.cache, block, mask, positions)
+        self._phases.mark("target_forward")
         return TargetPass(proposal, logits[:size], hidden, cache_len)
 
     def accept(self, passed: TargetPass) -> tuple[VerifyOutcome, torch.Tensor | None]:
@@ -268,14 +314,15 @@ class DecodeSession:
             outcome, p_target = VerifyOutcome((), int(passed.argmax[0]), ()), None
         else:
             outcome, p_target = self.accept(passed)
+        self._phases.mark("acceptance")
         accepted = list(outcome.accepted_nodes)
         keep = torch.cat([torch.arange(passed.cache_length + 1),
                           passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
         keep_positions(self.cache, keep)
         committed, eos = self._truncate([int(proposal.tokens[j]) for j in accepted] + [outcome.next_token])
-        t2 = self.decoder._clock()
+        t2 = self._phases.mark("cache_surgery") or self.decoder._clock()
         observation = self.drafter.observe(self._feedback(passed, outcome, p_target, committed, eos))
-        t3 = self.decoder._clock()
+        t3 = self._phases.mark("feedback") or self.decoder._clock()
         record = RoundRecord(
             round_index=len(self.trace), stream_index=self.stream_index, num_draft_tokens=proposal.size,
             tree_depth=proposal.depth, verified_tokens=proposal.size + 1,
@@ -284,6 +331,9 @@ class DecodeSession:
             acceptance_probs=_position_acceptance(passed, p_target, proposal, accepted),
             child_acceptance_ratios=outcome.child_acceptance_ratios, loss=_observed_loss(observation))
         self.trace.append(record)
+        self._phases.mark("record")
+        if self._phases.seconds:
+            self.phase_log.append(dict(self._phases.seconds))
         self.seq.extend(committed)
         self.new_tokens.extend(committed)
         if eos:
