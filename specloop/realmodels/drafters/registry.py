@@ -9,7 +9,9 @@ and ignore options it does not know). Built in: ``ngram`` (prompt lookup),
 corpus merged with prompt lookup, `drafters.datastore`; the index is built once and
 cached), ``suffix`` (SuffixDecoding over earlier outputs and the current request,
 `drafters.suffix`), ``hedge:SOURCE,SOURCE,...`` (exponential weights over those sources,
-`drafters.hedge`) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
+`drafters.hedge`), ``eagle:PATH`` / ``eagle3:PATH`` / ``medusa:PATH`` (a published
+checkpoint: a local directory or an HF id in the local HF cache,
+`specloop.realmodels.heads.published`) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
 HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
@@ -60,6 +62,14 @@ def check_drafter_name(name: str) -> None:
         for source in parse_hedge_name(name):
             check_drafter_name(source)
         return
+    published = _published_form(name)
+    if published is not None:                       # KIND:PATH, a published checkpoint
+        from specloop.realmodels.heads.published import resolve_checkpoint
+        try:
+            resolve_checkpoint(published[1], published[0])
+        except FileNotFoundError as exc:
+            raise ValueError(str(exc)) from None
+        return
     from specloop.realmodels.loading import model_exists_locally, registry_names
     if not model_exists_locally(name):
         raise ValueError(f"unknown drafter {name!r}: registered drafters are {', '.join(_FACTORIES)}; "
@@ -83,8 +93,22 @@ def make_drafter(name: str, target: Any, **options: Any):
     if name.startswith("hedge:"):
         from specloop.realmodels.drafters.hedge import make_hedge_drafter
         return make_hedge_drafter(target, name, make_drafter, **options)
+    published = _published_form(name)
+    if published is not None:
+        from specloop.realmodels.heads.published import make_published_drafter
+        return make_published_drafter(target, published[0], published[1], **options)
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
     return make_small_lm_drafter(target, model=name, **options)
+
+
+PUBLISHED_PREFIXES = ("eagle", "eagle3", "medusa")
+
+
+def _published_form(name: str) -> tuple[str, str] | None:
+    """(kind, path) of a ``KIND:PATH`` name (a published EAGLE / EAGLE-3 / Medusa
+    checkpoint, `specloop.realmodels.heads.published`), else None."""
+    kind, sep, path = name.partition(":")
+    return (kind, path) if sep and kind in PUBLISHED_PREFIXES and path else None
 
 
 _BUILTINS_DONE = False

@@ -299,8 +299,8 @@ class EagleHead(nn.Module):
     # ------------------------------------------------------------ inference
     def empty_cache(self) -> KVCache:
         c = self.config
-        dt = self.fuse.weight.dtype
-        dev = self.fuse.weight.device
+        dt = self.q_proj.weight.dtype
+        dev = self.q_proj.weight.device
         z = torch.zeros(c.num_kv_heads, 0, c.head_dim, dtype=dt, device=dev)
         return KVCache(z, z.clone())
 
@@ -317,7 +317,7 @@ class EagleHead(nn.Module):
         """
         n, m = cache.length, int(features.shape[0])
         pos = torch.arange(n, n + m, device=features.device)
-        x = self.embed_input(next_tokens[None], self.project_features(features.to(self.fuse.weight.dtype))[None])
+        x = self.embed_input(next_tokens[None], self.project_features(features.to(self.q_proj.weight.dtype))[None])
         q, k, v = self.qkv(x, pos)
         keys = torch.cat([cache.k, k[0]], 1)
         vals = torch.cat([cache.v, v[0]], 1)

@@ -64,8 +64,8 @@ class EagleDrafter(BaseDrafter):
         self.vocab = vocab
         self.name = name
         self.needs_target_hidden = tuple(head.config.feature_layers)
-        self._dtype = head.fuse.weight.dtype
-        self._device = head.fuse.weight.device
+        self._dtype = head.q_proj.weight.dtype
+        self._device = head.q_proj.weight.device
         self._d2t = vocab.d2t.to(self._device)
         self.reset(torch.zeros(1, dtype=torch.long))
 

@@ -1,0 +1,467 @@
+"""Load published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa) as specloop drafters.
+
+Formats, as read from the reference code (SafeAILab/EAGLE ``eagle/model/cnets1.py``,
+``cnets.py``, ``ea_model.py``; vLLM ``llama_eagle.py``, ``llama_eagle3.py``,
+``medusa.py``; FasterDecoding/Medusa ``medusa/model/medusa_model.py``):
+
+* **EAGLE-1/2** (Li et al. 2024): ``config.json`` (Llama fields, ``num_hidden_layers``
+  1, optional ``bias`` for ``fc``, default true; optional ``qkv_bias``) + weights
+  ``fc.{weight,bias}`` [H, 2H], ``layers.0.self_attn.{q,k,v,o}_proj``,
+  ``layers.0.mlp.{gate,up,down}_proj``, ``layers.0.post_attention_layernorm`` and
+  optional ``embed_tokens.weight`` (else the target's). Position i reads
+  x_i = fc([emb(t_{i+1}); f_i]) (f = the target's last hidden state after the final
+  norm; no norm on either half), one decoder layer *without* ``input_layernorm``
+  (residual x_i), logits = the target's LM head on h_i (no final norm).
+* **EAGLE-3** (Li et al. 2025): ``fc.weight`` [H, 3 H_t] over the hidden states
+  entering target layers (2, L//2, L-3) (or ``eagle_config.eagle_aux_hidden_state_layer_ids``,
+  vLLM), concatenated low to high; one layer ``midlayer.*`` whose q/k/v read
+  [input_layernorm(emb); hidden_norm(g)] (2H) with residual g = fc(features) (or
+  hidden_norm(g) with vLLM's ``norm_before_residual``); logits = ``lm_head``
+  (norm(h)) over ``draft_vocab_size`` rows, target id = draft id + ``d2t``[draft id];
+  ``t2d`` (bool [V]) marks the target ids in the draft vocabulary.
+* **Medusa** (Cai et al. 2024): ``config.json`` (``medusa_num_heads`` K,
+  ``medusa_num_layers`` L) + ``medusa_lm_head.pt``; head k = ResBlock x L then
+  ``Linear(H, V, bias=False)``, ResBlock(x) = x + SiLU(W x + b), keys
+  ``{k}.{l}.linear.{weight,bias}`` and ``{k}.{L}.weight``. The reference builds
+  ``[ResBlock(H)] * L``: one block applied L times, so its ``load_state_dict`` leaves
+  the block with the last key's tensors (``{k}.{L-1}.linear``); the same is done here.
+
+The EAGLE heads are `EagleHead` subclasses (so `EagleDrafter` drafts chain and trees,
+greedy and sampling, and online learners train them like specloop's own heads);
+Medusa heads run behind `MedusaDrafter`. Every loader checks the checkpoint against
+the target (hidden size, vocabulary, EAGLE-3 layer indices) and raises a one-line
+``ValueError`` naming both values on a mismatch.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specloop.realmodels.heads.common import ReducedVocab
+from specloop.realmodels.heads.eagle import EagleConfig, EagleHead, RMSNorm
+from specloop.realmodels.heads.eagle_drafter import EagleDrafter
+
+__all__ = ["PublishedEagleHead", "PublishedEagle3Head", "PublishedMedusaHeads", "resolve_checkpoint",
+           "load_published_eagle", "load_published_eagle3", "load_published_medusa", "PUBLISHED_KINDS",
+           "make_published_drafter"]
+
+PUBLISHED_KINDS = ("eagle", "eagle3", "medusa")
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+# --------------------------------------------------------------------------- files
+def resolve_checkpoint(path: str, kind: str) -> Path:
+    """A checkpoint directory: ``path`` itself when it is a local directory, else the
+    snapshot of HF repo id ``path`` already in the local HF cache (nothing is
+    downloaded: ``snapshot_download(local_files_only=True)``).
+
+    Raises:
+        FileNotFoundError: neither a local directory nor a cached HF repo.
+    """
+    local = Path(path).expanduser()
+    if local.is_dir():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+        return Path(snapshot_download(str(path), local_files_only=True))
+    except Exception as exc:      # not an id, or not in the cache
+        raise FileNotFoundError(f"{kind} checkpoint {path!r} is neither a local directory nor an HF repo in the "
+                                f"local HF cache ({type(exc).__name__})") from None
+
+
+def _read_config(folder: Path, kind: str) -> dict:
+    cfg = folder / "config.json"
+    if not cfg.is_file():
+        raise FileNotFoundError(f"{kind} checkpoint {folder} has no config.json")
+    return json.loads(cfg.read_text(encoding="utf-8"))
+
+
+def _read_tensors(folder: Path, kind: str, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    for name in names:
+        file = folder / name
+        if file.is_file():
+            if name.endswith(".safetensors"):
+                from safetensors.torch import load_file
+                tensors = load_file(str(file))
+            else:
+                tensors = torch.load(str(file), map_location="cpu", weights_only=True)
+            return {k: v for k, v in tensors.items() if not k.endswith(_IGNORED_SUFFIXES)}
+    raise FileNotFoundError(f"{kind} checkpoint {folder} has none of {', '.join(names)}")
+
+
+def _take(tensors: dict[str, torch.Tensor], key: str, shape: tuple[int, ...], kind: str) -> torch.Tensor:
+    if key not in tensors:
+        raise ValueError(f"{kind} checkpoint lacks {key!r}")
+    value = tensors.pop(key)
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{kind} checkpoint's {key} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+    return value.float() if value.is_floating_point() else value
+
+
+def _no_leftovers(tensors: dict[str, torch.Tensor], kind: str) -> None:
+    if tensors:
+        raise ValueError(f"{kind} checkpoint has tensors this format does not define: {', '.join(sorted(tensors))}")
+
+
+def _require_equal(what: str, ckpt, target, kind: str) -> None:
+    if ckpt != target:
+        raise ValueError(f"{kind} checkpoint {what} {ckpt} does not match the target's {target}")
+
+
+def _target_shapes(model) -> tuple[int, int, int]:
+    """(hidden size, vocabulary, layer count) of a transformers causal LM."""
+    lm = model.get_output_embeddings().weight
+    return int(lm.shape[1]), int(lm.shape[0]), int(model.config.num_hidden_layers)
+
+
+def _eagle_config(cfg: dict, kind: str, draft_vocab: int, vocab: int, layers: tuple[int, ...]) -> EagleConfig:
+    if cfg.get("rope_scaling"):
+        raise ValueError(f"{kind} checkpoint uses rope_scaling {cfg['rope_scaling']!r}, which specloop's head does "
+                         "not implement (plain rotary embeddings only)")
+    hsz, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
+    return EagleConfig(kind, hsz, heads, int(cfg.get("num_key_value_heads") or heads),
+                       int(cfg.get("head_dim") or hsz // heads), int(cfg["intermediate_size"]),
+                       float(cfg.get("rms_norm_eps", 1e-6)), float(cfg.get("rope_theta", 10000.0)),
+                       draft_vocab, vocab, layers)
+
+
+def _load_layer(head: EagleHead, tensors: dict, prefix: str, in_width: int, kind: str) -> None:
+    """Copy attention, MLP and post-attention norm of decoder layer ``prefix``."""
+    c = head.config
+    q, kv = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+    shapes = {"self_attn.q_proj": (q, in_width), "self_attn.k_proj": (kv, in_width),
+              "self_attn.v_proj": (kv, in_width), "self_attn.o_proj": (c.hidden_size, q),
+              "mlp.gate_proj": (c.intermediate_size, c.hidden_size), "mlp.up_proj": (c.intermediate_size, c.hidden_size),
+              "mlp.down_proj": (c.hidden_size, c.intermediate_size)}
+    with torch.no_grad():
+        for name, shape in shapes.items():
+            lin = getattr(head, name.split(".")[1])
+            lin.weight.copy_(_take(tensors, f"{prefix}{name}.weight", shape, kind))
+            if lin.bias is not None:
+                lin.bias.copy_(_take(tensors, f"{prefix}{name}.bias", shape[:1], kind))
+        head.post_norm.weight.copy_(_take(tensors, f"{prefix}post_attention_layernorm.weight", (c.hidden_size,), kind))
+
+
+def _embeddings(tensors: dict, model, kind: str) -> torch.Tensor:
+    """The checkpoint's ``embed_tokens.weight`` when present (it overrides the target's
+    in the reference loaders), else the target's input embeddings."""
+    target = model.get_input_embeddings().weight.detach().float().cpu()
+    if "embed_tokens.weight" in tensors:
+        return _take(tensors, "embed_tokens.weight", tuple(target.shape), kind)
+    return target
+
+
+def _with_bias(lin: nn.Linear, bias: bool) -> nn.Linear:
+    return lin if (lin.bias is not None) == bias else nn.Linear(lin.in_features, lin.out_features, bias=bias)
+
+
+# --------------------------------------------------------------------------- EAGLE-1/2
+class PublishedEagleHead(EagleHead):
+    """EAGLE-1/2's published head: ``fuse`` = the checkpoint's ``fc`` (bias per the
+    config), no norms on the fused halves, no ``input_layernorm``, logits = the
+    target's full LM head (V_draft = V_target). Shapes and methods as `EagleHead`.
+
+    Args:
+        config: ``kind="eagle"``, draft_vocab_size == target_vocab_size.
+        embed_weight: [V, H] input embeddings; lm_weight: [V, H] the target's LM head.
+        fc_bias, qkv_bias: whether ``fc`` / q,k,v projections carry a bias.
+    """
+
+    def __init__(self, config: EagleConfig, embed_weight: torch.Tensor, lm_weight: torch.Tensor, *,
+                 fc_bias: bool = True, qkv_bias: bool = False) -> None:
+        super().__init__(config, embed_weight, lm_weight)
+        self.norm_emb = nn.Identity()
+        self.norm_feat = nn.Identity()
+        self.input_norm = nn.Identity()
+        self.fuse = _with_bias(self.fuse, fc_bias)
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(self, name, _with_bias(getattr(self, name), qkv_bias))
+
+
+def load_published_eagle(target, path: str | Path, *, dtype=None) -> EagleDrafter:
+    """EAGLE-1/2 drafter from a published checkpoint directory for ``target`` (a
+    `LoadedModel`; transformers Llama-style model).
+
+    Raises:
+        FileNotFoundError: missing config / weights.
+        ValueError: hidden size or vocabulary differ from the target's (both named),
+            a layer count other than 1, rope scaling, or tensors of the wrong shape /
+            not in the format.
+    """
+    kind = "eagle"
+    folder = resolve_checkpoint(str(path), kind)
+    cfg = _read_config(folder, kind)
+    tensors = _read_tensors(folder, kind, ("model.safetensors", "pytorch_model.bin"))
+    hsz, vocab, _ = _target_shapes(target.model)
+    _require_equal("hidden_size", int(cfg["hidden_size"]), hsz, kind)
+    _require_equal("vocab_size", int(cfg["vocab_size"]), vocab, kind)
+    _require_equal("num_hidden_layers", int(cfg.get("num_hidden_layers", 1)), 1, kind)
+    if any(k.startswith("layers.0.input_layernorm") for k in tensors):
+        raise ValueError("eagle checkpoint has layers.0.input_layernorm, which EAGLE-1/2's first layer does not have")
+    config = _eagle_config(cfg, kind, vocab, vocab, (-1,))
+    embed = _embeddings(tensors, target.model, kind)
+    lm = target.model.get_output_embeddings().weight.detach().float().cpu()
+    head = PublishedEagleHead(config, embed, lm, fc_bias=bool(cfg.get("bias", True)),
+                              qkv_bias=bool(cfg.get("qkv_bias", False)))
+    with torch.no_grad():
+        head.fuse.weight.copy_(_take(tensors, "fc.weight", (hsz, 2 * hsz), kind))
+        if head.fuse.bias is not None:
+            head.fuse.bias.copy_(_take(tensors, "fc.bias", (hsz,), kind))
+    _load_layer(head, tensors, "layers.0.", hsz, kind)
+    _no_leftovers(tensors, kind)
+    return _eagle_drafter(head, ReducedVocab(torch.arange(vocab), vocab), "eagle", target, dtype, folder)
+
+
+def _eagle_drafter(head: EagleHead, vocab: ReducedVocab, name: str, target, dtype, folder: Path) -> EagleDrafter:
+    head = head.to(next(target.model.parameters()).device)
+    if dtype is not None:
+        from specloop.realmodels.loading import resolve_dtype
+        head = head.to(resolve_dtype(dtype))
+    drafter = EagleDrafter(head.eval(), vocab, name=name)
+    drafter.train_report = {"checkpoint": str(folder), "format": name}
+    return drafter
+
+
+# --------------------------------------------------------------------------- EAGLE-3
+class _HalfNorm(nn.Module):
+    """[e; g] (2H) -> [e; hidden_norm(g)]: EAGLE-3's attention input from the head's
+    layer input x = [input_layernorm(emb); g]."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.hidden_norm = RMSNorm(size, eps)
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x[..., :self.size], self.hidden_norm(x[..., self.size:])], -1)
+
+
+class PublishedEagle3Head(EagleHead):
+    """EAGLE-3's published head. The layer input is x = [input_layernorm(emb(t)); g]
+    [..., 2H] (g = fc(features) at step 1, the head's own output after), q/k/v read
+    [input_layernorm(emb); hidden_norm(g)] and the residual is g (hidden_norm(g) with
+    ``norm_before_residual``); logits = lm_head(norm(h)) over V_draft. ``norm_emb`` is
+    the checkpoint's ``input_layernorm``, ``input_norm.hidden_norm`` its ``hidden_norm``.
+
+    Args:
+        config: ``kind="eagle3"``; embed_weight [V, H]; lm_weight [V_draft, H] (the
+            checkpoint's ``lm_head``, trainable).
+        target_hidden_size: H_t, width of each of the three target features.
+        norm_before_residual: vLLM's option (default False, as the reference).
+    """
+
+    def __init__(self, config: EagleConfig, embed_weight: torch.Tensor, lm_weight: torch.Tensor, *,
+                 target_hidden_size: int, norm_before_residual: bool = False) -> None:
+        super().__init__(config, embed_weight, lm_weight)
+        c = config
+        hsz, width = c.hidden_size, 2 * c.hidden_size
+        self.fc_feat = nn.Linear(3 * target_hidden_size, hsz, bias=False)
+        self.fuse = None
+        self.norm_feat = None
+        self.input_norm = _HalfNorm(hsz, c.rms_norm_eps)
+        self.q_proj = nn.Linear(width, c.num_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(width, c.num_kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(width, c.num_kv_heads * c.head_dim, bias=False)
+        self.norm_before_residual = bool(norm_before_residual)
+
+    def embed_input(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+        """x = [input_layernorm(emb(tokens)); feats] [..., T, 2H]."""
+        emb = F.embedding(tokens.long(), self.embed_weight).to(feats.dtype)
+        return torch.cat([self.norm_emb(emb), feats], -1)
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Residual g (the second half of x) + o_proj(attn), then the MLP."""
+        g = x[..., self.config.hidden_size:]
+        return super().finish(self.input_norm.hidden_norm(g) if self.norm_before_residual else g, attn)
+
+
+def eagle3_layer_ids(cfg: dict, num_layers: int) -> tuple[int, int, int]:
+    """Target layers whose *input* hidden states EAGLE-3 fuses (HF ``hidden_states``
+    indices): ``eagle_config.eagle_aux_hidden_state_layer_ids`` if the config has
+    them (vLLM), else (2, L//2, L-3) (EAGLE's ``modeling_llama_kv``).
+
+    Raises:
+        ValueError: indices outside the target's L layers, or not three distinct
+            increasing ones (the reference collects each layer once, in order).
+    """
+    given = (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    ids = tuple(int(i) for i in given) if given else (2, num_layers // 2, num_layers - 3)
+    if len(ids) != 3 or not all(0 <= i < num_layers for i in ids):
+        raise ValueError(f"eagle3 checkpoint reads target layers {ids}, the target has {num_layers} layers")
+    if not ids[0] < ids[1] < ids[2]:
+        raise ValueError(f"eagle3 layer indices {ids} for a target of {num_layers} layers are not distinct and "
+                         "increasing (EAGLE-3 needs at least 7 target layers)")
+    return ids
+
+
+def _eagle3_vocab(tensors: dict, draft_vocab: int, vocab: int) -> ReducedVocab:
+    """Absolute target ids of the draft rows from ``d2t`` offsets; ``t2d`` checked."""
+    if "d2t" not in tensors:
+        if draft_vocab != vocab:
+            raise ValueError(f"eagle3 checkpoint has draft_vocab_size {draft_vocab} < vocab_size {vocab} but no d2t")
+        tensors.pop("t2d", None)
+        return ReducedVocab(torch.arange(vocab), vocab)
+    d2t = torch.arange(draft_vocab) + _take(tensors, "d2t", (draft_vocab,), "eagle3").long()
+    if int(d2t.min()) < 0 or int(d2t.max()) >= vocab or torch.unique(d2t).numel() != draft_vocab:
+        raise ValueError(f"eagle3 checkpoint's d2t maps draft ids outside [0, {vocab}) or onto repeated target ids")
+    if "t2d" in tensors:
+        t2d = _take(tensors, "t2d", (vocab,), "eagle3").bool()
+        marked = torch.zeros(vocab, dtype=torch.bool)
+        marked[d2t] = True
+        if not torch.equal(t2d, marked):
+            raise ValueError("eagle3 checkpoint's t2d does not mark exactly the target ids d2t maps to")
+    return ReducedVocab(d2t, vocab)
+
+
+def load_published_eagle3(target, path: str | Path, *, dtype=None) -> EagleDrafter:
+    """EAGLE-3 drafter from a published checkpoint directory for ``target``.
+
+    Raises:
+        FileNotFoundError: missing config / weights.
+        ValueError: hidden size, target_hidden_size, vocabulary or layer indices
+            that do not fit the target (both values named), rope scaling, an
+            inconsistent d2t/t2d, tensors of the wrong shape / not in the format.
+    """
+    kind = "eagle3"
+    folder = resolve_checkpoint(str(path), kind)
+    cfg = _read_config(folder, kind)
+    tensors = _read_tensors(folder, kind, ("model.safetensors", "pytorch_model.bin"))
+    hsz, vocab, layers = _target_shapes(target.model)
+    _require_equal("hidden_size", int(cfg["hidden_size"]), hsz, kind)
+    _require_equal("target_hidden_size", int(cfg.get("target_hidden_size") or cfg["hidden_size"]), hsz, kind)
+    _require_equal("vocab_size", int(cfg["vocab_size"]), vocab, kind)
+    ids = eagle3_layer_ids(cfg, layers)
+    draft_vocab = int(cfg.get("draft_vocab_size") or vocab)
+    reduced = _eagle3_vocab(tensors, draft_vocab, vocab)
+    config = _eagle_config(cfg, kind, draft_vocab, vocab, ids)
+    embed = _embeddings(tensors, target.model, kind)
+    lm = _take(tensors, "lm_head.weight", (draft_vocab, hsz), kind)
+    head = PublishedEagle3Head(config, embed, lm, target_hidden_size=hsz,
+                               norm_before_residual=bool(cfg.get("norm_before_residual", False)))
+    with torch.no_grad():
+        head.fc_feat.weight.copy_(_take(tensors, "fc.weight", (hsz, 3 * hsz), kind))
+        for key, norm in (("midlayer.input_layernorm.weight", head.norm_emb),
+                          ("midlayer.hidden_norm.weight", head.input_norm.hidden_norm), ("norm.weight", head.out_norm)):
+            norm.weight.copy_(_take(tensors, key, (hsz,), kind))
+    _load_layer(head, tensors, "midlayer.", 2 * hsz, kind)
+    _no_leftovers(tensors, kind)
+    return _eagle_drafter(head, reduced, "eagle3", target, dtype, folder)
+
+
+# --------------------------------------------------------------------------- Medusa
+class _IdentityVocab(nn.Module):
+    """The full vocabulary seen as a 'reduced' one (draft id = target id), with the
+    ``proj`` the head drafters read the heads' dtype and device from."""
+
+    def __init__(self, vocab: int, proj: nn.Linear) -> None:
+        super().__init__()
+        self.register_buffer("draft_to_target", torch.arange(vocab))
+        self.register_buffer("target_to_draft", torch.arange(vocab))
+        self.proj = proj
+
+    @property
+    def draft_vocab_size(self) -> int:
+        return int(self.draft_to_target.numel())
+
+    @property
+    def target_vocab_size(self) -> int:
+        return int(self.target_to_draft.numel())
+
+    def to_target_probs(self, q: torch.Tensor) -> torch.Tensor:
+        """(..., V) rows are already in the target vocabulary."""
+        return q
+
+
+class PublishedMedusaHeads(nn.Module):
+    """K published Medusa heads: head k = (x + SiLU(W_k x + b_k)) applied L times
+    (one tied block, as the reference builds it), then its own ``Linear(H, V)``.
+
+    Attributes:
+        config: object with ``num_heads`` (K), ``num_layers`` (L), ``hidden_size``,
+            ``target_vocab_size``.
+    """
+
+    def __init__(self, num_heads: int, num_layers: int, hidden_size: int, vocab: int) -> None:
+        super().__init__()
+        from types import SimpleNamespace
+        self.config = SimpleNamespace(num_heads=num_heads, num_layers=num_layers, hidden_size=hidden_size,
+                                      target_vocab_size=vocab)
+        self.blocks = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
+        self.outs = nn.ModuleList(nn.Linear(hidden_size, vocab, bias=False) for _ in range(num_heads))
+        self.lm_head = _IdentityVocab(vocab, self.outs[0])
+
+    def head_logits(self, h: torch.Tensor, depth: int) -> torch.Tensor:
+        """(B, H) features -> (B, V) logits of head ``depth`` (0-based).
+
+        Raises:
+            ValueError: depth outside [0, K).
+        """
+        if not 0 <= depth < self.config.num_heads:
+            raise ValueError(f"Medusa head depth {depth} outside [0, {self.config.num_heads})")
+        x = h.to(self.outs[depth].weight.dtype)
+        for _ in range(self.config.num_layers):
+            x = x + F.silu(self.blocks[depth](x))
+        return self.outs[depth](x)
+
+    def trainable_parameters(self) -> list[torch.Tensor]:
+        """The tensors online learners update (each tensor once)."""
+        return list(self.parameters())
+
+
+def load_published_medusa(target, path: str | Path, *, dtype=None):
+    """Medusa drafter (`MedusaDrafter`) from a published checkpoint directory.
+
+    Raises:
+        FileNotFoundError: missing config / ``medusa_lm_head.pt``.
+        ValueError: hidden size or vocabulary differ from the target's, or tensors
+            of the wrong shape / not in the format.
+    """
+    from specloop.realmodels.heads.head_drafting import MedusaDrafter
+    kind = "medusa"
+    folder = resolve_checkpoint(str(path), kind)
+    cfg = _read_config(folder, kind)
+    tensors = _read_tensors(folder, kind, ("medusa_lm_head.pt", "medusa_lm_head.safetensors"))
+    hsz, vocab, _ = _target_shapes(target.model)
+    num_heads, num_layers = int(cfg.get("medusa_num_heads", 0)), int(cfg.get("medusa_num_layers", 1))
+    if num_heads < 1 or num_layers < 1:
+        raise ValueError(f"medusa config needs medusa_num_heads >= 1 and medusa_num_layers >= 1, got "
+                         f"{num_heads} and {num_layers}")
+    if "0.0.linear.weight" in tensors:
+        _require_equal("hidden size", int(tensors["0.0.linear.weight"].shape[0]), hsz, kind)
+    if f"0.{num_layers}.weight" in tensors:
+        _require_equal("vocabulary", int(tensors[f"0.{num_layers}.weight"].shape[0]), vocab, kind)
+    heads = PublishedMedusaHeads(num_heads, num_layers, hsz, vocab)
+    with torch.no_grad():
+        for k in range(num_heads):
+            for layer in range(num_layers):     # tied block: the last layer's tensors win, as in the reference
+                heads.blocks[k].weight.copy_(_take(tensors, f"{k}.{layer}.linear.weight", (hsz, hsz), kind))
+                heads.blocks[k].bias.copy_(_take(tensors, f"{k}.{layer}.linear.bias", (hsz,), kind))
+            heads.outs[k].weight.copy_(_take(tensors, f"{k}.{num_layers}.weight", (vocab, hsz), kind))
+    _no_leftovers(tensors, kind)
+    heads = heads.to(next(target.model.parameters()).device)
+    if dtype is not None:
+        from specloop.realmodels.loading import resolve_dtype
+        heads = heads.to(resolve_dtype(dtype))
+    drafter = MedusaDrafter(heads.eval())
+    drafter.train_report = {"checkpoint": str(folder), "format": kind}
+    return drafter
+
+
+# --------------------------------------------------------------------------- registry
+_LOADERS = {"eagle": load_published_eagle, "eagle3": load_published_eagle3, "medusa": load_published_medusa}
+
+
+def make_published_drafter(target, kind: str, path: str, **options):
+    """Registry entry for ``--draft KIND:PATH`` (KIND in `PUBLISHED_KINDS`); option
+    ``dtype`` is honoured, others ignored.
+
+    Raises:
+        ValueError: unknown KIND; FileNotFoundError / ValueError from the loader.
+    """
+    if kind not in _LOADERS:
+        raise ValueError(f"unknown published draft format {kind!r}: use one of {', '.join(PUBLISHED_KINDS)}")
+    return _LOADERS[kind](target, path, dtype=options.get("dtype"))
