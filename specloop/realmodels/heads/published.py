@@ -11,7 +11,12 @@ Formats, as read from the reference code (SafeAILab/EAGLE ``eagle/model/cnets1.p
   optional ``embed_tokens.weight`` (else the target's). Position i reads
   x_i = fc([emb(t_{i+1}); f_i]) (f = the target's last hidden state after the final
   norm; no norm on either half), one decoder layer *without* ``input_layernorm``
-  (residual x_i), logits = the target's LM head on h_i (no final norm).
+  (residual x_i), logits = the target's LM head on h_i (no final norm). The two
+  references differ: vLLM's ``llama_eagle.py`` builds ``fc`` without a bias (only
+  ``"bias": false`` checkpoints load there), allows more layers (input_layernorm
+  from layer 1 on) and always shares the target's embeddings; EAGLE's ``ea_model``
+  lets a checkpoint's ``embed_tokens`` override the target's (followed here); one
+  layer only is accepted here.
 * **EAGLE-3** (Li et al. 2025): ``fc.weight`` [H, 3 H_t] over the hidden states
   entering target layers (2, L//2, L-3) (or ``eagle_config.eagle_aux_hidden_state_layer_ids``,
   vLLM), concatenated low to high; one layer ``midlayer.*`` whose q/k/v read
