@@ -19,6 +19,12 @@ with a 95 % interval and a Wilcoxon p-value, overall and per dataset;
 `specloop.realmodels.stream_compare.paired_gain`); plus ``baseline_tokens_per_s``,
 ``stream`` (dataset of each prompt) and ``config``.
 Exit code 1 when a method cannot run (e.g. its draft is not trained).
+
+``specloop stream record --target T --datasets D1,D2 --prompts N --max-new-tokens M
+--out REC`` records the target's side of a stream once (greedy continuations, the
+features the heads read, top-m p_target at every position) for exact replays: see
+`specloop.realmodels.stream_record` for the format. Resumable; a recording made with
+other settings is refused (exit 2).
 """
 from __future__ import annotations
 
@@ -70,6 +76,10 @@ def register(subparsers) -> None:
     parser.add_argument("--out", default="results/stream", help="results folder (resumable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
+    sub = parser.add_subparsers(dest="stream_action", metavar="ACTION")
+    sub.required = False
+    from specloop.cli.stream_record_cmd import register_record
+    register_record(sub)
 
 
 def _check_args(args) -> None:

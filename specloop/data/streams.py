@@ -60,17 +60,19 @@ def split_counts(num_prompts: int, num_datasets: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(int(num_datasets))]
 
 
-def stream_prompts(datasets, num_prompts: int, order: str = "shift") -> list[Prompt]:
-    """The stream's prompts (held-out split), in stream order.
+def stream_prompts(datasets, num_prompts: int, order: str = "shift", split: str = "heldout") -> list[Prompt]:
+    """The stream's prompts (held-out split by default), in stream order.
 
     Args:
         datasets: dataset names (order = domain order for ``"shift"``).
         num_prompts: total prompts, split by `split_counts`.
         order: ``"shift"`` or ``"interleave"``.
+        split: the datasets' split (`load_prompts`): "heldout" for a stream, "warmup"
+            for offline initialisation data.
 
     Raises:
-        ValueError: unknown order or dataset, repeated dataset, a dataset with fewer
-            held-out prompts than its share.
+        ValueError: unknown order, dataset or split, repeated dataset, a dataset with
+            fewer prompts in the split than its share.
         FileNotFoundError: a dataset's package is not installed.
     """
     names = [d.strip() for d in (datasets.split(",") if isinstance(datasets, str) else datasets) if d.strip()]
@@ -81,9 +83,10 @@ def stream_prompts(datasets, num_prompts: int, order: str = "shift") -> list[Pro
     counts = split_counts(num_prompts, len(names))
     blocks = []
     for name, count in zip(names, counts):
-        prompts = load_prompts(name, "heldout")
+        prompts = load_prompts(name, split)
         if len(prompts) < count:
-            raise ValueError(f"dataset {name!r} has {len(prompts)} held-out prompts, the stream "
+            label = {"heldout": "held-out ", "warmup": "warm-up "}.get(split, "")
+            raise ValueError(f"dataset {name!r} has {len(prompts)} {label}prompts, the stream "
                              f"needs {count}")
         blocks.append(prompts[:count])
     if order == "shift":
@@ -116,13 +119,15 @@ def encode_prompt_text(tokenizer, text: str, chat_template: bool = True) -> list
 
 
 def build_stream(datasets, num_prompts: int, tokenizer, *, order: str = "shift",
-                 chat_template: bool = True, max_prompt_tokens: int | None = None) -> list[StreamItem]:
+                 chat_template: bool = True, max_prompt_tokens: int | None = None,
+                 split: str = "heldout") -> list[StreamItem]:
     """Tokenised stream items (see `stream_prompts`, `encode_prompt_text`).
 
     Args:
         max_prompt_tokens: if given, prompts longer than this keep their *last*
             ``max_prompt_tokens`` tokens (the chat template's generation prompt
             stays intact); None keeps them whole.
+        split: see `stream_prompts`.
 
     Raises:
         ValueError / FileNotFoundError: as `stream_prompts`; max_prompt_tokens < 1.
@@ -130,7 +135,7 @@ def build_stream(datasets, num_prompts: int, tokenizer, *, order: str = "shift",
     if max_prompt_tokens is not None and int(max_prompt_tokens) < 1:
         raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
     items = []
-    for index, prompt in enumerate(stream_prompts(datasets, num_prompts, order)):
+    for index, prompt in enumerate(stream_prompts(datasets, num_prompts, order, split)):
         ids = encode_prompt_text(tokenizer, prompt.text, chat_template)
         if max_prompt_tokens is not None:
             ids = ids[-int(max_prompt_tokens):]

@@ -2,7 +2,7 @@ import pytest
 
 from specloop.data.prompts import HELDOUT_EVERY, load_prompts, warmup_texts
 
-SIZES = {"humaneval": 164, "mt-bench": 80, "ifbench": 294}
+SIZES = {"humaneval": 164, "mt-bench": 80, "ifbench": 294, "sharegpt": 11139}
 
 
 @pytest.mark.parametrize("dataset,total", sorted(SIZES.items()))
@@ -38,3 +38,36 @@ def test_bad_input():
     with pytest.raises(ValueError, match="limit"):
         load_prompts("humaneval", limit=-1)
     assert len(load_prompts("humaneval", limit=3)) == 3
+
+
+def test_truncated_json_array_keeps_only_complete_elements(tmp_path):
+    import json
+
+    from specloop.data.prompts import _sharegpt_rows, recover_json_array
+    convs = [{"id": "a", "conversations": [{"from": "human", "value": "hi [there], {x}"}, {"from": "gpt", "value": "yo"}]},
+             {"id": "b", "conversations": [{"from": "gpt", "value": "I start"}, {"from": "human", "value": "no"}]},
+             {"id": "c", "conversations": [{"from": "human", "value": "   "}]},
+             {"id": "d", "conversations": [{"from": "human", "value": "escaped \\\" quote ]"}]},
+             {"id": "e", "conversations": [{"from": "human", "value": "cut off here"}]}]
+    text = json.dumps(convs, indent=2)
+    cut = text[:text.index("cut off") + 3]                     # truncated inside the last string
+    elements, complete = recover_json_array(cut)
+    assert elements == convs[:4] and not complete
+    assert recover_json_array(text) == (convs, True)
+    for end in range(1, len(text)):                             # every truncation point: a prefix of the list
+        got, _ = recover_json_array(text[:end])
+        assert got == convs[:len(got)]
+    path = tmp_path / "share.json"
+    path.write_text(cut)
+    assert _sharegpt_rows(path) == [{"id": "a", "prompt": "hi [there], {x}"},
+                                    {"id": "d", "prompt": convs[3]["conversations"][0]["value"]}]
+    with pytest.raises(ValueError, match="not a JSON array"):
+        recover_json_array('{"id": 1}')
+
+
+def test_sharegpt_recovers_the_complete_conversations():
+    from specloop.data.prompts import dataset_path, recover_json_array
+    elements, complete = recover_json_array(dataset_path("sharegpt").read_text(encoding="utf-8"))
+    assert not complete and len(elements) == 17671
+    prompts = load_prompts("sharegpt", "all")
+    assert len({p.id for p in prompts}) == len(prompts)

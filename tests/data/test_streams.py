@@ -79,3 +79,13 @@ def test_build_stream_items_and_truncation():
         assert item.ids[-3:] == tuple(tok.encode("<a>"))  # the generation prompt survives truncation
     with pytest.raises(ValueError):
         build_stream("humaneval", 2, tok, max_prompt_tokens=0)
+
+
+def test_stream_of_the_warmup_split_is_disjoint_from_the_heldout_stream():
+    from specloop.data.streams import stream_prompts
+    heldout = stream_prompts("sharegpt,humaneval", 40, split="heldout")
+    warmup = stream_prompts("sharegpt,humaneval", 40, split="warmup")
+    assert len(warmup) == 40 and [p.dataset for p in warmup] == ["sharegpt"] * 20 + ["humaneval"] * 20
+    assert not {(p.dataset, p.id) for p in heldout} & {(p.dataset, p.id) for p in warmup}
+    with pytest.raises(ValueError, match="split"):
+        stream_prompts("humaneval", 2, split="train")

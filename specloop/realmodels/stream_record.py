@@ -1,0 +1,563 @@
+"""Record the target's side of a prompt stream once (issue 19 s.1), for exact replays.
+
+Under greedy decoding the target's output does not depend on the draft, so a stream's
+target side -- each prompt's greedy continuation and, at every position, the features
+the draft heads read and the target's next-token distribution -- can be computed once,
+in batches, and any draft / learner / seed replayed against it (DESIGN.md, "Engines and
+the one round loop"; OnlineSpec Algorithm 1's feedback is the verified positions'
+p_target).
+
+Generation (`generate_batch`): B prompts per forward, left padded; a float 4D additive
+attention mask hides the padding (every padded query still sees itself, so no softmax
+row is empty), position ids count real tokens only (a prompt's first token is at
+position 0, as in batch-1 decoding), one KV cache for the batch. The prompt is fed in
+chunks of `PREFILL_CHUNK` positions; then one forward per step feeds every row's newest
+token. The hidden states and the top-m distribution of a position come from the same
+forward that feeds its token, so every position (prompt and continuation, the last
+generated token included) is covered without a second pass. A row stops at EOS
+(included) or after ``max_new_tokens`` tokens; finished rows keep stepping until the
+batch is done and their outputs are discarded.
+
+Recording folder format (``format_version`` 1)
+----------------------------------------------
+``manifest.json`` (rewritten atomically after every shard)::
+
+    {"format": "specloop.stream_record", "format_version": 1,
+     "settings": {target, dtype, datasets [..], split, order, prompts, max_new_tokens,
+                  max_prompt_tokens, chat_template, top_m, layers [..], batch_size,
+                  shard_size, prompts_sha256, format_version},
+     "model": {vocab_size, hidden_size, num_hidden_layers, eos_ids [..]},
+     "layer_names": {"2": "hidden_2", ..., "-1": "hidden_last"},
+     "shards": [{"file", "first_index", "prompts", "positions", "new_tokens", "bytes",
+                 "seconds"}, ...],
+     "complete": bool, "total_bytes": int,
+     "check": {"stream_indices": [..], "divergent": [{"stream_index", "first_diff"}],
+               "matching": int}}             # after the last shard
+
+``settings`` must equal the asked settings for a recording to be resumed
+(`check_settings`; ``prompts_sha256`` hashes every prompt's token ids, so another
+tokenizer or dataset version is refused too). ``layers`` are indices into
+transformers' ``hidden_states`` tuple (0 = embeddings, -1 = last layer after the final
+norm), the union of what the heads read (`head_feature_layers`).
+
+``shard-NNNN.npz`` (NNNN = shard number; ``shard_size`` prompts each, the last may be
+shorter; an uncompressed zip of ``.npy`` members with fixed timestamps, so a rerun
+writes byte-identical files; written to ``*.tmp`` then renamed). For the P prompts of
+the shard and their N positions in total (prompt tokens then continuation, prompts
+concatenated in stream order):
+
+=================  =================  ==================================================
+key                dtype, shape       meaning
+=================  =================  ==================================================
+offsets            int64 (P + 1,)     prompt j's positions are [offsets[j], offsets[j+1])
+prompt_lengths     int32 (P,)         L_j, templated (and truncated) prompt tokens
+new_tokens         int32 (P,)         T_j, greedy continuation tokens (EOS included)
+stream_index       int64 (P,)         position of the prompt in the stream
+dataset            str (P,)           dataset name
+prompt_id          str (P,)           the dataset's own id
+stop_reason        str (P,)           "eos" or "length"
+tokens             int32 (N,)         x_i: prompt ids then the greedy continuation
+hidden_<l>         float16 (N, H)     hidden_states[l] at position i (``hidden_last``
+                                      for l = -1): the feature of token x_i
+topm_ids           int32 (N, m)       the target's top-m tokens after x_<=i, by
+                                      decreasing probability
+topm_probs         float16 (N, m)     their p_target (float32 softmax of the logits,
+                                      temperature 1)
+=================  =================  ==================================================
+
+So for a continuation position i >= L_j, ``tokens[i]`` is the greedy argmax of
+position i - 1 (``topm_ids[i - 1, 0]`` up to ties at float16 / recompute precision).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_layers", "layer_name",
+           "generate_batch", "prompts_fingerprint", "check_settings", "record_stream", "Recording",
+           "open_recording", "check_batched", "recording_bytes"]
+
+FORMAT_VERSION = 1
+FORMAT_NAME = "specloop.stream_record"
+PREFILL_CHUNK = 128            # prompt positions per prefill forward (bounds the logits' memory)
+
+
+@dataclass(frozen=True)
+class RecordSettings:
+    """Everything that decides a recording's content (stored in ``manifest.json``).
+
+    Attributes:
+        target: target name (registry name, HF id or path).
+        dtype: "float32" or "bfloat16" (the target's compute dtype).
+        datasets: dataset names in domain order. split: "heldout" / "warmup" / "all".
+        order: "shift" or "interleave". prompts: prompts in the stream.
+        max_new_tokens: greedy tokens per prompt (fewer at EOS), >= 1.
+        max_prompt_tokens: prompts keep their last this many tokens (None: whole).
+        chat_template: whether prompts were chat-templated.
+        top_m: tokens of p_target kept per position, >= 1.
+        layers: ``hidden_states`` indices recorded (`head_feature_layers`).
+        batch_size: prompts per forward (it changes float rounding, hence recorded).
+        shard_size: prompts per shard file.
+        prompts_sha256: `prompts_fingerprint` of the prompts' token ids.
+    """
+
+    target: str
+    dtype: str
+    datasets: tuple[str, ...]
+    split: str
+    order: str
+    prompts: int
+    max_new_tokens: int
+    max_prompt_tokens: int | None
+    chat_template: bool
+    top_m: int
+    layers: tuple[int, ...]
+    batch_size: int
+    shard_size: int
+    prompts_sha256: str = ""
+    format_version: int = field(default=FORMAT_VERSION)
+
+    def __post_init__(self):
+        for name in ("prompts", "max_new_tokens", "top_m", "batch_size", "shard_size"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not self.layers:
+            raise ValueError("a recording needs at least one hidden-state layer")
+        object.__setattr__(self, "datasets", tuple(self.datasets))
+        object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["datasets"], out["layers"] = list(self.datasets), list(self.layers)
+        return out
+
+
+def head_feature_layers(config) -> tuple[int, ...]:
+    """The ``hidden_states`` indices some draft head reads for a target of this
+    transformers ``config``: the three layers an EAGLE-3 head fuses
+    (`EagleConfig.from_target`, Li et al. 2025: 2, L//2, L-3) and the last layer
+    EAGLE, Hydra and Medusa read (their ``needs_target_hidden``). Ascending, -1 last."""
+    from specloop.realmodels.heads.eagle import EagleConfig
+    from specloop.realmodels.heads.head_drafting import HydraDrafter, MedusaDrafter
+    vocab = int(config.vocab_size)
+    wanted = set(EagleConfig.from_target(config, "eagle3", vocab).feature_layers)
+    wanted |= set(EagleConfig.from_target(config, "eagle", vocab).feature_layers)
+    wanted |= set(HydraDrafter.needs_target_hidden) | set(MedusaDrafter.needs_target_hidden)
+    n = int(config.num_hidden_layers)
+    norm = {n if layer == -1 else layer for layer in wanted}           # -1 and n are the same tensor
+    return tuple(sorted(x for x in norm if x != n)) + ((-1,) if n in norm else ())
+
+
+def layer_name(layer: int) -> str:
+    """Shard key of a layer: ``hidden_last`` for -1, else ``hidden_<layer>``."""
+    return "hidden_last" if int(layer) == -1 else f"hidden_{int(layer)}"
+
+
+def prompts_fingerprint(prompts) -> str:
+    """sha256 (hex) of the prompts' token ids (a list of int sequences)."""
+    digest = hashlib.sha256()
+    for ids in prompts:
+        digest.update(np.asarray(list(ids), dtype=np.int64).tobytes())
+        digest.update(b"|")
+    return digest.hexdigest()
+
+
+# -- batched greedy generation --------------------------------------------------------
+def _batch_mask(valid: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Float additive mask (B, 1, n, S) for the last n of S cached positions:
+    causal over valid (non-pad) keys; a query also always sees itself."""
+    total = valid.shape[1]
+    query = torch.arange(total - n, total)[:, None]
+    key = torch.arange(total)[None, :]
+    visible = (valid[:, None, :] & (key <= query)[None]) | (key == query)[None]
+    mask = torch.zeros(visible.shape, dtype=dtype)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+@torch.inference_mode()
+def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: int):
+    """Feed ids (B, n) whose key validity is the last n columns of ``valid`` (B, S).
+    Returns (hidden: list of float16 (B, n, H), top ids int32 (B, n, m),
+    top probs float16 (B, n, m), argmax int64 (B, n))."""
+    from specloop.realmodels.kvcache import _cache_kwarg
+    param = next(model.parameters())
+    n = ids.shape[1]
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)[:, -n:]
+    mask = _batch_mask(valid, n, param.dtype).to(param.device)
+    out = model(input_ids=ids.to(param.device), attention_mask=mask, position_ids=positions.to(param.device),
+                use_cache=True, output_hidden_states=True, **{_cache_kwarg(model): cache})
+    logits = out.logits.float()
+    if not torch.isfinite(logits).all():
+        raise ValueError("the target produced non-finite logits")
+    top = torch.topk(torch.softmax(logits, dim=-1), top_m, dim=-1)
+    hidden = [out.hidden_states[layer].to(torch.float16).cpu() for layer in layers]
+    return hidden, top.indices.to(torch.int32).cpu(), top.values.to(torch.float16).cpu(), \
+        logits.max(-1).indices.cpu()
+
+
+def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int,
+                   pad_id: int = 0) -> list[dict]:
+    """Greedy continuations of a batch of prompts and every position's features.
+
+    Args:
+        model: a transformers causal LM (eval mode). prompts: B token-id lists, each
+            non-empty. max_new_tokens: >= 1. eos_ids: ints that end a continuation.
+        layers: ``hidden_states`` indices to keep. top_m: tokens of p_target kept.
+        pad_id: token fed at padded positions (masked out; its value does not matter).
+
+    Returns:
+        per prompt a dict: ``tokens`` int32 (L + T,), ``new_tokens`` int (T),
+        ``stop_reason`` ("eos" / "length"), ``hidden`` list of float16 (L + T, H) per
+        layer, ``topm_ids`` int32 (L + T, m), ``topm_probs`` float16 (L + T, m).
+
+    Raises:
+        ValueError: empty batch or prompt, max_new_tokens < 1, non-finite logits.
+    """
+    from specloop.realmodels.kvcache import new_cache
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_batch needs a non-empty batch of non-empty prompts")
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    eos = {int(e) for e in eos_ids}
+    batch, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((batch, width), int(pad_id), dtype=torch.long)
+    valid = torch.zeros((batch, width), dtype=torch.bool)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        valid[row, width - len(prompt):] = True
+    cache = new_cache()
+    parts: list[list] = [[] for _ in range(batch)]          # per row: (hidden list, ids, probs) chunks
+    argmax = None
+    for start in range(0, width, PREFILL_CHUNK):
+        stop = min(start + PREFILL_CHUNK, width)
+        hidden, top_ids, top_probs, argmax = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m)
+        for row in range(batch):
+            keep = valid[row, start:stop]
+            parts[row].append(([h[row][keep] for h in hidden], top_ids[row][keep], top_probs[row][keep]))
+    generated = [[int(argmax[row, -1])] for row in range(batch)]
+    fed = [0] * batch
+    finished = [g[-1] in eos or max_new_tokens == 1 for g in generated]
+    while any(fed[row] < len(generated[row]) for row in range(batch)):
+        step_ids = torch.tensor([[g[min(f, len(g) - 1)]] for g, f in zip(generated, fed)], dtype=torch.long)
+        valid = torch.cat([valid, torch.ones((batch, 1), dtype=torch.bool)], dim=1)
+        hidden, top_ids, top_probs, argmax = _step(model, cache, step_ids, valid, layers, top_m)
+        for row in range(batch):
+            if fed[row] >= len(generated[row]):
+                continue                                      # finished and fed: output discarded
+            parts[row].append(([h[row] for h in hidden], top_ids[row], top_probs[row]))
+            fed[row] += 1
+            if not finished[row]:
+                generated[row].append(int(argmax[row, -1]))
+                finished[row] = generated[row][-1] in eos or len(generated[row]) >= max_new_tokens
+    out = []
+    for row, prompt in enumerate(prompts):
+        chunks = parts[row]
+        out.append({
+            "tokens": np.asarray(list(prompt) + generated[row], dtype=np.int32),
+            "new_tokens": len(generated[row]),
+            "stop_reason": "eos" if generated[row][-1] in eos else "length",
+            "hidden": [torch.cat([c[0][i] for c in chunks]).numpy() for i in range(len(layers))],
+            "topm_ids": torch.cat([c[1] for c in chunks]).numpy(),
+            "topm_probs": torch.cat([c[2] for c in chunks]).numpy()})
+    return out
+
+
+# -- files ------------------------------------------------------------------------------
+def _write_npz(path: Path, arrays: dict) -> int:
+    """Write an uncompressed .npz with fixed member timestamps (byte-identical on a
+    rerun) to ``path.tmp``, then rename it over ``path``. Returns the bytes."""
+    tmp = path.with_name(path.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name in sorted(arrays):
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            archive.writestr(info, buffer.getvalue())
+    with open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path.stat().st_size
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def shard_name(number: int) -> str:
+    return f"shard-{int(number):04d}.npz"
+
+
+def _shard_arrays(items, results, layers) -> dict:
+    arrays = {"offsets": np.cumsum([0] + [len(r["tokens"]) for r in results]).astype(np.int64),
+              "prompt_lengths": np.asarray([len(it.ids) for it in items], np.int32),
+              "new_tokens": np.asarray([r["new_tokens"] for r in results], np.int32),
+              "stream_index": np.asarray([it.index for it in items], np.int64),
+              "dataset": np.asarray([it.dataset for it in items], dtype=str),
+              "prompt_id": np.asarray([str(it.prompt_id) for it in items], dtype=str),
+              "stop_reason": np.asarray([r["stop_reason"] for r in results], dtype=str),
+              "tokens": np.concatenate([r["tokens"] for r in results]).astype(np.int32),
+              "topm_ids": np.concatenate([r["topm_ids"] for r in results]).astype(np.int32),
+              "topm_probs": np.concatenate([r["topm_probs"] for r in results]).astype(np.float16)}
+    for i, layer in enumerate(layers):
+        arrays[layer_name(layer)] = np.concatenate([r["hidden"][i] for r in results]).astype(np.float16)
+    return arrays
+
+
+def check_settings(out_dir, settings: RecordSettings | dict, keys=None) -> None:
+    """Refuse to extend a recording made with other settings.
+
+    Args:
+        out_dir: the recording folder (no ``manifest.json``: nothing to check).
+        settings: the asked `RecordSettings` (or its ``to_dict()``).
+        keys: compare only these settings (e.g. those known before the model loads);
+            None = all.
+
+    Raises:
+        ValueError: a setting differs (one line naming each: recorded vs asked), or the
+            folder holds another format.
+    """
+    path = Path(out_dir) / "manifest.json"
+    if not path.is_file():
+        return
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT_NAME:
+        raise ValueError(f"{path} is not a stream recording (format {manifest.get('format')!r})")
+    asked = settings.to_dict() if isinstance(settings, RecordSettings) else dict(settings)
+    recorded = manifest.get("settings", {})
+    names = asked.keys() if keys is None else keys
+    differ = {k: (recorded.get(k), asked[k]) for k in names if recorded.get(k) != asked[k]}
+    if differ:
+        text = ", ".join(f"{k}: recorded {a!r}, asked {b!r}" for k, (a, b) in differ.items())
+        raise ValueError(f"{Path(out_dir)} was recorded with other settings ({text}); record into another folder")
+
+
+def recording_bytes(out_dir) -> int:
+    """Bytes of the recording's shards and manifest on disk."""
+    folder = Path(out_dir)
+    return sum(p.stat().st_size for p in [*folder.glob("shard-*.npz"), folder / "manifest.json"] if p.is_file())
+
+
+# -- the recorder ---------------------------------------------------------------------
+def _vocab_size(model) -> int:
+    """Rows of the LM head (the logits' width), else ``config.vocab_size``."""
+    head = model.get_output_embeddings()
+    return int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+
+
+def _model_info(model, eos) -> dict:
+    config = model.config
+    return {"vocab_size": _vocab_size(model),
+            "hidden_size": int(config.hidden_size), "num_hidden_layers": int(config.num_hidden_layers),
+            "eos_ids": sorted(int(e) for e in eos)}
+
+
+def _new_manifest(settings: RecordSettings, model, eos) -> dict:
+    return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "settings": settings.to_dict(),
+            "model": _model_info(model, eos), "layer_names": {str(x): layer_name(x) for x in settings.layers},
+            "shards": [], "complete": False, "total_bytes": 0}
+
+
+def record_stream(target, items, out_dir, settings: RecordSettings, *, check_prompts: int = 4,
+                  progress=None) -> dict:
+    """Record ``items`` into ``out_dir`` (resumable; see the module docstring's format).
+
+    Args:
+        target: a `LoadedModel` or a bare transformers causal LM (tokenizer-free: the
+            items carry token ids).
+        items: `specloop.data.streams.StreamItem` s (``index``, ``dataset``,
+            ``prompt_id``, ``ids``) in stream order, ``settings.prompts`` of them.
+        out_dir: the recording folder (created). Shards already listed in its manifest
+            are kept; a killed recording continues from the first missing shard and
+            writes the files an uninterrupted one would.
+        settings: `RecordSettings`; an empty ``prompts_sha256`` is filled in from items.
+        check_prompts: prompts (spread evenly over the stream) re-decoded batch-1 with
+            `SpeculativeDecoder` (k = 0) after the last shard (`check_batched`); 0 = none.
+        progress: optional callable(prompts_done, prompts_total) after each batch.
+
+    Returns:
+        the manifest (dict), as written.
+
+    Raises:
+        ValueError: item count or prompt fingerprint differ from ``settings``; the
+            folder was recorded with other settings (`check_settings`); a layer index
+            outside the model; top_m above the vocabulary.
+    """
+    import dataclasses
+
+    from specloop.realmodels.decoder import eos_ids_of
+    from specloop.realmodels.loading import LoadedModel
+    model = target.model if isinstance(target, LoadedModel) else target     # (a CausalLM has .model too)
+    items = list(items)
+    if len(items) != settings.prompts:
+        raise ValueError(f"settings ask for {settings.prompts} prompts, got {len(items)} items")
+    fingerprint = prompts_fingerprint(it.ids for it in items)
+    if not settings.prompts_sha256:
+        settings = dataclasses.replace(settings, prompts_sha256=fingerprint)
+    elif settings.prompts_sha256 != fingerprint:
+        raise ValueError("the items' token ids do not match settings.prompts_sha256")
+    n_layers = int(model.config.num_hidden_layers)
+    if any(not -n_layers - 1 <= x <= n_layers for x in settings.layers):
+        raise ValueError(f"layers {settings.layers} outside the target's hidden_states (0..{n_layers})")
+    info_vocab = _vocab_size(model)
+    if settings.top_m > info_vocab:
+        raise ValueError(f"top_m {settings.top_m} exceeds the vocabulary ({info_vocab})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, settings)
+    eos = eos_ids_of(model, target.tokenizer if isinstance(target, LoadedModel) else None)
+    path = out / "manifest.json"
+    manifest = json.loads(path.read_text()) if path.is_file() else _new_manifest(settings, model, eos)
+    done = {s["file"]: s for s in manifest["shards"] if (out / s["file"]).is_file()}
+    manifest["shards"] = [s for s in manifest["shards"] if s["file"] in done]
+    size, total = settings.shard_size, len(items)
+    prompts_done = sum(s["prompts"] for s in manifest["shards"])
+    if progress is not None:
+        progress(prompts_done, total)
+    for number, first in enumerate(range(0, total, size)):
+        if shard_name(number) in done:
+            continue
+        shard_items, results, t0 = items[first:first + size], [], time.perf_counter()
+        for b in range(0, len(shard_items), settings.batch_size):
+            batch = shard_items[b:b + settings.batch_size]
+            results += generate_batch(model, [list(it.ids) for it in batch], settings.max_new_tokens, eos,
+                                      settings.layers, settings.top_m)
+            prompts_done += len(batch)
+            if progress is not None:
+                progress(prompts_done, total)
+        arrays = _shard_arrays(shard_items, results, settings.layers)
+        nbytes = _write_npz(out / shard_name(number), arrays)
+        manifest["shards"].append({"file": shard_name(number), "first_index": first, "prompts": len(shard_items),
+                                   "positions": int(arrays["tokens"].size),
+                                   "new_tokens": int(arrays["new_tokens"].sum()), "bytes": nbytes,
+                                   "seconds": time.perf_counter() - t0})
+        manifest["shards"].sort(key=lambda s: s["first_index"])
+        manifest["total_bytes"] = recording_bytes(out)
+        _write_json(path, manifest)
+    manifest["complete"] = True
+    if check_prompts and "check" not in manifest:
+        indices = _sample_indices(total, check_prompts)
+        manifest["check"] = check_batched(target, out, indices, eos)
+    _write_json(path, manifest)
+    manifest["total_bytes"] = recording_bytes(out)
+    _write_json(path, manifest)
+    return manifest
+
+
+def _sample_indices(total: int, count: int) -> list[int]:
+    """``count`` stream indices spread evenly over ``range(total)`` (unique, ascending)."""
+    return sorted({int(round(x)) for x in np.linspace(0, total - 1, min(int(count), total))})
+
+
+def check_batched(target, out_dir, stream_indices, eos_ids=None) -> dict:
+    """Re-decode recorded prompts one at a time and compare with the recording.
+
+    Batch-1 greedy decoding is `SpeculativeDecoder` with no draft and k = 0 (the
+    decoder's own prefill, cache and EOS handling), ``max_new_tokens`` of the recording.
+
+    Returns:
+        {"stream_indices": [..], "matching": int, "divergent": [{"stream_index",
+        "first_diff" (index into the continuation of the first differing token, or
+        the shorter length when one is a prefix of the other)}]}.
+    """
+    from specloop.realmodels.decoder import SpeculativeDecoder
+    from specloop.realmodels.loading import LoadedModel
+    from specloop.realmodels.policy import FixedDraftPolicy
+    from specloop.realmodels.stream import NoDraft
+    recording = open_recording(out_dir)
+    loaded = target if isinstance(target, LoadedModel) else LoadedModel(target, None, "target", "stream-record")
+    eos = recording.manifest["model"]["eos_ids"] if eos_ids is None else sorted(int(e) for e in eos_ids)
+    decoder = SpeculativeDecoder(loaded, NoDraft(), policy=FixedDraftPolicy(0), eos_token_id=eos, seed=0)
+    max_new = int(recording.settings["max_new_tokens"])
+    divergent = []
+    for index in stream_indices:
+        rec = recording.prompt(int(index))
+        prompt = torch.tensor(rec["tokens"][:rec["prompt_length"]], dtype=torch.long)
+        batch1 = decoder.generate(prompt, max_new).new_tokens
+        recorded = rec["tokens"][rec["prompt_length"]:].tolist()
+        if batch1 != recorded:
+            first = next((i for i, (a, b) in enumerate(zip(batch1, recorded)) if a != b),
+                         min(len(batch1), len(recorded)))
+            divergent.append({"stream_index": int(index), "first_diff": int(first)})
+    return {"stream_indices": [int(i) for i in stream_indices], "matching": len(stream_indices) - len(divergent),
+            "divergent": divergent}
+
+
+# -- reading ----------------------------------------------------------------------------
+class Recording:
+    """A stream recording opened for reading (`open_recording`).
+
+    Attributes:
+        folder: the recording folder. manifest: its ``manifest.json``.
+        settings: ``manifest["settings"]``. layers: recorded ``hidden_states`` indices.
+    """
+
+    def __init__(self, folder: Path, manifest: dict):
+        self.folder, self.manifest = folder, manifest
+        self.settings = manifest["settings"]
+        self.layers = tuple(self.settings["layers"])
+        self._cached: tuple[int, dict] | None = None
+
+    @property
+    def num_prompts(self) -> int:
+        """Prompts in the shards written so far."""
+        return sum(s["prompts"] for s in self.manifest["shards"])
+
+    def shard(self, number: int) -> dict:
+        """Every array of shard ``number`` (dict name -> numpy array, loaded into memory)."""
+        if self._cached is None or self._cached[0] != number:
+            with np.load(self.folder / shard_name(number), allow_pickle=False) as data:
+                self._cached = (number, {k: data[k] for k in data.files})
+        return self._cached[1]
+
+    def prompt(self, stream_index: int) -> dict:
+        """One prompt's record: ``tokens`` int32 (L + T,), ``prompt_length`` L,
+        ``new_tokens`` T, ``hidden`` {layer: float16 (L + T, H)}, ``topm_ids`` int32
+        (L + T, m), ``topm_probs`` float16 (L + T, m), ``dataset``, ``prompt_id``,
+        ``stop_reason``.
+
+        Raises:
+            IndexError: the stream index is not recorded (yet).
+        """
+        if not 0 <= int(stream_index) < self.num_prompts:
+            raise IndexError(f"stream index {stream_index} not in the recording ({self.num_prompts} prompts)")
+        number, j = divmod(int(stream_index), int(self.settings["shard_size"]))
+        data = self.shard(number)
+        a, b = int(data["offsets"][j]), int(data["offsets"][j + 1])
+        return {"tokens": data["tokens"][a:b], "prompt_length": int(data["prompt_lengths"][j]),
+                "new_tokens": int(data["new_tokens"][j]),
+                "hidden": {layer: data[layer_name(layer)][a:b] for layer in self.layers},
+                "topm_ids": data["topm_ids"][a:b], "topm_probs": data["topm_probs"][a:b],
+                "dataset": str(data["dataset"][j]), "prompt_id": str(data["prompt_id"][j]),
+                "stop_reason": str(data["stop_reason"][j])}
+
+
+def open_recording(out_dir) -> Recording:
+    """Open a recording folder.
+
+    Raises:
+        FileNotFoundError: no ``manifest.json``. ValueError: another format or a newer
+            format version.
+    """
+    folder = Path(out_dir)
+    path = folder / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no stream recording at {folder} (manifest.json missing)")
+    manifest = json.loads(path.read_text())
+    if manifest.get("format") != FORMAT_NAME:
+        raise ValueError(f"{path} is not a stream recording")
+    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
+        raise ValueError(f"{path} has format version {manifest['format_version']}, this reader knows "
+                         f"{FORMAT_VERSION}")
+    return Recording(folder, manifest)

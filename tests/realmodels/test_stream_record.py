@@ -1,0 +1,165 @@
+"""`specloop.realmodels.stream_record`: batched greedy recording of a stream's target
+side, on tiny random Llama models built here (no tokenizer: items carry token ids)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from specloop.data.streams import StreamItem
+from specloop.realmodels.stream_record import (RecordSettings, check_settings, generate_batch,
+                                               head_feature_layers, open_recording, record_stream)
+
+from .decoder_util import one_thread, plain_greedy, tiny_llama  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+VOCAB, EOS = 40, 39
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_llama(vocab=VOCAB, layers=4, hidden=16, max_positions=128, init_range=0.6)
+
+
+def _tiny_gpt2():
+    """Absolute position embeddings: a wrong position under left padding shows here
+    (RoPE models are blind to a constant per-row offset)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=VOCAB, n_positions=128, n_embd=16, n_layer=2, n_head=2, eos_token_id=EOS,
+                        bos_token_id=0, initializer_range=0.6)
+    return GPT2LMHeadModel(config).eval()
+
+
+def _items(count: int, seed: int = 1) -> list[StreamItem]:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [1 + (7 * i) % 13 for i in range(count)]             # ragged: 1..13 tokens
+    return [StreamItem(i, "tiny-a" if i < count // 2 else "tiny-b", f"p{i}", "",
+                       tuple(torch.randint(0, EOS, (n,), generator=gen).tolist())) for i, n in enumerate(lengths)]
+
+
+def _settings(count: int, **over) -> RecordSettings:
+    base = dict(target="tiny", dtype="float32", datasets=("tiny-a", "tiny-b"), split="heldout", order="shift",
+                prompts=count, max_new_tokens=12, max_prompt_tokens=None, chat_template=False, top_m=6,
+                layers=(1, 2, -1), batch_size=3, shard_size=4)
+    base.update(over)
+    return RecordSettings(**base)
+
+
+def test_head_feature_layers_union_of_eagle3_and_last():
+    from transformers import LlamaConfig
+    config = LlamaConfig(num_hidden_layers=30, hidden_size=64, num_attention_heads=4, vocab_size=50)
+    assert head_feature_layers(config) == (2, 15, 27, -1)
+
+
+def test_batched_continuation_equals_batch1_greedy_ragged(model):
+    items = _items(7)
+    eos_model = tiny_llama(vocab=VOCAB, layers=4, hidden=16, max_positions=128, init_range=0.6, seed=3)
+    stops = []
+    for target in (model, eos_model, _tiny_gpt2()):
+        results = generate_batch(target, [list(it.ids) for it in items], 20, {EOS}, (2, -1), 5)
+        stops += [r["stop_reason"] for r in results]
+        for item, result in zip(items, results):
+            expected = plain_greedy(target, list(item.ids), 20, EOS)
+            assert result["tokens"][len(item.ids):].tolist() == expected
+            assert result["new_tokens"] == len(expected)
+            assert result["stop_reason"] == ("eos" if expected[-1] == EOS else "length")
+    assert {"eos", "length"} <= set(stops)                # rows finishing early and rows running on
+
+
+def test_features_and_topm_equal_a_direct_forward(model):
+    items = _items(5)
+    results = generate_batch(model, [list(it.ids) for it in items], 10, {EOS}, (1, 2, -1), 6)
+    for result in results:
+        with torch.no_grad():
+            out = model(torch.tensor([result["tokens"].tolist()]), output_hidden_states=True)
+        n = len(result["tokens"])
+        for i, layer in enumerate((1, 2, -1)):
+            direct = out.hidden_states[layer][0].numpy()
+            assert result["hidden"][i].shape == (n, 16) and result["hidden"][i].dtype == np.float16
+            np.testing.assert_allclose(result["hidden"][i].astype(np.float32), direct, rtol=2e-3, atol=2e-3)
+        probs = torch.softmax(out.logits[0].float(), dim=-1)
+        top = torch.topk(probs, 6, dim=-1)
+        assert (result["topm_ids"] == top.indices.numpy()).mean() > 0.99       # ties at float16 may swap
+        gathered = probs.gather(1, torch.from_numpy(result["topm_ids"]).long()).numpy()
+        np.testing.assert_allclose(result["topm_probs"].astype(np.float32), gathered, rtol=2e-3, atol=1e-4)
+        # a continuation token is the argmax after the previous position
+        length = n - result["new_tokens"]
+        assert (result["tokens"][length:] == result["topm_ids"][length - 1:-1, 0]).all()
+
+
+def test_recording_round_trip_and_batch1_check(model, tmp_path):
+    items = _items(9)
+    manifest = record_stream(model, items, tmp_path, _settings(9), check_prompts=3)
+    assert manifest["complete"] and len(manifest["shards"]) == 3
+    assert manifest["check"]["matching"] == 3 and manifest["check"]["divergent"] == []
+    rec = open_recording(tmp_path)
+    for item in items:
+        got = rec.prompt(item.index)
+        assert got["tokens"][:got["prompt_length"]].tolist() == list(item.ids)
+        assert got["tokens"][got["prompt_length"]:].tolist() == plain_greedy(model, list(item.ids), 12, EOS)
+        assert got["dataset"] == item.dataset and got["prompt_id"] == item.prompt_id
+        assert set(got["hidden"]) == {1, 2, -1} and got["topm_probs"].shape == (len(got["tokens"]), 6)
+    assert manifest["total_bytes"] == sum(p.stat().st_size for p in tmp_path.iterdir())
+
+
+def test_killed_recording_resumes_to_identical_files(model, tmp_path):
+    items, settings = _items(10), _settings(10)
+    whole = tmp_path / "whole"
+    record_stream(model, items, whole, settings, check_prompts=0)
+
+    class Killed(Exception):
+        pass
+
+    def kill_mid_second_shard(done, total):
+        if done >= 6:                           # shard 1 holds prompts 4..7: killed after its first batch
+            raise Killed
+
+    part = tmp_path / "part"
+    with pytest.raises(Killed):
+        record_stream(model, items, part, settings, check_prompts=0, progress=kill_mid_second_shard)
+    assert sorted(p.name for p in part.glob("shard-*.npz")) == ["shard-0000.npz"]
+    (part / "shard-0001.npz.tmp").write_bytes(b"half a shard")          # a write cut short
+    record_stream(model, items, part, settings, check_prompts=0)
+    names = sorted(p.name for p in whole.glob("shard-*.npz"))
+    assert names == ["shard-0000.npz", "shard-0001.npz", "shard-0002.npz"]
+    for name in names:
+        assert (part / name).read_bytes() == (whole / name).read_bytes()
+    assert [s["file"] for s in json.loads((part / "manifest.json").read_text())["shards"]] == names
+
+
+def test_mismatched_settings_are_refused(model, tmp_path):
+    items = _items(4)
+    record_stream(model, items, tmp_path, _settings(4), check_prompts=0)
+    before = (tmp_path / "shard-0000.npz").read_bytes()
+    for change in ({"top_m": 8}, {"max_new_tokens": 13}, {"layers": (2, -1)}, {"dtype": "bfloat16"}):
+        with pytest.raises(ValueError, match="other settings"):
+            record_stream(model, items, tmp_path, _settings(4, **change), check_prompts=0)
+    with pytest.raises(ValueError, match="other settings"):                 # other prompts, same count
+        record_stream(model, _items(4, seed=2), tmp_path, _settings(4), check_prompts=0)
+    with pytest.raises(ValueError, match="max_new_tokens: recorded 12, asked 20"):
+        check_settings(tmp_path, {"max_new_tokens": 20}, keys=("max_new_tokens",))
+    assert (tmp_path / "shard-0000.npz").read_bytes() == before
+
+
+def test_cli_refuses_other_settings_with_exit_2(tmp_path, capsys):
+    from specloop.cli import main
+    from specloop.cli.stream_record_cmd import _flag_settings
+    from specloop.cli import build_parser
+    args = build_parser().parse_args(["stream", "record", "--out", str(tmp_path), "--prompts", "3"])
+    flags = _flag_settings(args)
+    manifest = {"format": "specloop.stream_record", "settings": {**flags, "max_new_tokens": 64}}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["stream", "record", "--out", str(tmp_path), "--prompts", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "max_new_tokens: recorded 64, asked 128" in err[0]
+
+
+def test_stream_flags_unchanged_by_the_record_action():
+    from specloop.cli import build_parser
+    from specloop.cli.stream_cmd import run
+    args = build_parser().parse_args(["stream", "--method", "hydra", "--prompts", "3", "--json", "--out", "x"])
+    assert args.func is run and args.method == "hydra" and args.prompts == 3 and args.json and args.out == "x"
