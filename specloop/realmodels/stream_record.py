@@ -7,16 +7,16 @@ in batches, and any draft / learner / seed replayed against it (DESIGN.md, "Engi
 the one round loop"; OnlineSpec Algorithm 1's feedback is the verified positions'
 p_target).
 
-Generation (`generate_batch`): B prompts per forward, left padded; a float 4D additive
-attention mask hides the padding (every padded query still sees itself, so no softmax
-row is empty), position ids count real tokens only (a prompt's first token is at
-position 0, as in batch-1 decoding), one KV cache for the batch. The prompt is fed in
-chunks of `PREFILL_CHUNK` positions; then one forward per step feeds every row's newest
-token. The hidden states and the top-m distribution of a position come from the same
+Generation (`generate_batch`): each prompt is prefilled alone (chunks of
+`PREFILL_CHUNK` positions, so no compute goes to padding), the B caches are merged
+left-padded into one, then one forward per step feeds every unfinished row's newest
+token; a float 4D additive attention mask hides the padding (a query always sees
+itself, so no softmax row is empty) and position ids count real tokens only (a
+prompt's first token is at position 0, as in batch-1 decoding). The hidden states and the top-m distribution of a position come from the same
 forward that feeds its token, so every position (prompt and continuation, the last
 generated token included) is covered without a second pass. A row stops at EOS
-(included) or after ``max_new_tokens`` tokens; finished rows keep stepping until the
-batch is done and their outputs are discarded.
+(included) or after ``max_new_tokens`` tokens and leaves the batch once its last token
+has been fed (``DynamicCache.batch_select_indices``).
 
 Recording folder format (``format_version`` 1)
 ----------------------------------------------
@@ -205,15 +205,43 @@ def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: i
         logits.max(-1).indices.cpu()
 
 
-def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int,
-                   pad_id: int = 0) -> list[dict]:
+def _prefill(model, prompt: list[int], layers, top_m: int):
+    """Feed one prompt into a fresh batch-1 cache in chunks of `PREFILL_CHUNK`.
+    Returns (cache, per-chunk (hidden list, top ids, top probs), greedy next token)."""
+    from specloop.realmodels.kvcache import new_cache
+    cache, ids, parts = new_cache(), torch.tensor([prompt], dtype=torch.long), []
+    valid = torch.ones((1, len(prompt)), dtype=torch.bool)
+    for start in range(0, len(prompt), PREFILL_CHUNK):
+        stop = min(start + PREFILL_CHUNK, len(prompt))
+        hidden, top_ids, top_probs, argmax = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m)
+        parts.append(([h[0] for h in hidden], top_ids[0], top_probs[0]))
+    return cache, parts, int(argmax[0, -1])
+
+
+def _merge_caches(caches, lengths: list[int]):
+    """Batch-1 caches of ``lengths`` tokens -> one left-padded batch cache (zeros at
+    the padding, which the mask hides)."""
+    from transformers import DynamicCache
+    width, merged = max(lengths), []
+    for layer in range(len(caches[0].layers)):
+        per_row = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
+        keys = torch.cat([torch.nn.functional.pad(k, (0, 0, width - n, 0)) for (k, _), n in zip(per_row, lengths)])
+        values = torch.cat([torch.nn.functional.pad(v, (0, 0, width - n, 0)) for (_, v), n in zip(per_row, lengths)])
+        merged.append((keys, values))
+    return DynamicCache(ddp_cache_data=merged)
+
+
+def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int) -> list[dict]:
     """Greedy continuations of a batch of prompts and every position's features.
+
+    Each prompt is prefilled alone (no compute on padding), the caches are merged
+    left-padded, then every step feeds the newest token of each unfinished row in one
+    forward; a row whose last token has been fed leaves the batch.
 
     Args:
         model: a transformers causal LM (eval mode). prompts: B token-id lists, each
             non-empty. max_new_tokens: >= 1. eos_ids: ints that end a continuation.
         layers: ``hidden_states`` indices to keep. top_m: tokens of p_target kept.
-        pad_id: token fed at padded positions (masked out; its value does not matter).
 
     Returns:
         per prompt a dict: ``tokens`` int32 (L + T,), ``new_tokens`` int (T),
@@ -223,42 +251,33 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids
     Raises:
         ValueError: empty batch or prompt, max_new_tokens < 1, non-finite logits.
     """
-    from specloop.realmodels.kvcache import new_cache
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("generate_batch needs a non-empty batch of non-empty prompts")
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    eos = {int(e) for e in eos_ids}
-    batch, width = len(prompts), max(len(p) for p in prompts)
-    ids = torch.full((batch, width), int(pad_id), dtype=torch.long)
-    valid = torch.zeros((batch, width), dtype=torch.bool)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
-        valid[row, width - len(prompt):] = True
-    cache = new_cache()
-    parts: list[list] = [[] for _ in range(batch)]          # per row: (hidden list, ids, probs) chunks
-    argmax = None
-    for start in range(0, width, PREFILL_CHUNK):
-        stop = min(start + PREFILL_CHUNK, width)
-        hidden, top_ids, top_probs, argmax = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m)
-        for row in range(batch):
-            keep = valid[row, start:stop]
-            parts[row].append(([h[row][keep] for h in hidden], top_ids[row][keep], top_probs[row][keep]))
-    generated = [[int(argmax[row, -1])] for row in range(batch)]
-    fed = [0] * batch
+    eos, lengths = {int(e) for e in eos_ids}, [len(p) for p in prompts]
+    prefilled = [_prefill(model, list(p), layers, top_m) for p in prompts]
+    parts = [list(chunks) for _, chunks, _ in prefilled]
+    generated = [[first] for _, _, first in prefilled]
     finished = [g[-1] in eos or max_new_tokens == 1 for g in generated]
-    while any(fed[row] < len(generated[row]) for row in range(batch)):
-        step_ids = torch.tensor([[g[min(f, len(g) - 1)]] for g, f in zip(generated, fed)], dtype=torch.long)
-        valid = torch.cat([valid, torch.ones((batch, 1), dtype=torch.bool)], dim=1)
+    cache = _merge_caches([c for c, _, _ in prefilled], lengths)
+    valid = torch.tensor([[i >= max(lengths) - n for i in range(max(lengths))] for n in lengths], dtype=torch.bool)
+    fed, active = [0] * len(prompts), list(range(len(prompts)))
+    while active:                    # invariant: every active row has a generated token not yet fed
+        step_ids = torch.tensor([[generated[r][fed[r]]] for r in active], dtype=torch.long)
+        valid = torch.cat([valid, torch.ones((len(active), 1), dtype=torch.bool)], dim=1)
         hidden, top_ids, top_probs, argmax = _step(model, cache, step_ids, valid, layers, top_m)
-        for row in range(batch):
-            if fed[row] >= len(generated[row]):
-                continue                                      # finished and fed: output discarded
-            parts[row].append(([h[row] for h in hidden], top_ids[row], top_probs[row]))
-            fed[row] += 1
-            if not finished[row]:
-                generated[row].append(int(argmax[row, -1]))
-                finished[row] = generated[row][-1] in eos or len(generated[row]) >= max_new_tokens
+        for i, r in enumerate(active):
+            parts[r].append(([h[i] for h in hidden], top_ids[i], top_probs[i]))
+            fed[r] += 1
+            if not finished[r]:
+                generated[r].append(int(argmax[i, -1]))
+                finished[r] = generated[r][-1] in eos or len(generated[r]) >= max_new_tokens
+        keep = [i for i, r in enumerate(active) if fed[r] < len(generated[r])]
+        if 0 < len(keep) < len(active):
+            cache.batch_select_indices(torch.tensor(keep))
+            valid = valid[keep]
+        active = [active[i] for i in keep]
     out = []
     for row, prompt in enumerate(prompts):
         chunks = parts[row]
