@@ -7,16 +7,26 @@ in batches, and any draft / learner / seed replayed against it (DESIGN.md, "Engi
 the one round loop"; OnlineSpec Algorithm 1's feedback is the verified positions'
 p_target).
 
-Generation (`generate_batch`): each prompt is prefilled alone (chunks of
-`PREFILL_CHUNK` positions, so no compute goes to padding), the B caches are merged
-left-padded into one, then one forward per step feeds every unfinished row's newest
-token; a float 4D additive attention mask hides the padding (a query always sees
-itself, so no softmax row is empty) and position ids count real tokens only (a
-prompt's first token is at position 0, as in batch-1 decoding). The hidden states and the top-m distribution of a position come from the same
-forward that feeds its token, so every position (prompt and continuation, the last
-generated token included) is covered without a second pass. A row stops at EOS
-(included) or after ``max_new_tokens`` tokens and leaves the batch once its last token
-has been fed (``DynamicCache.batch_select_indices``).
+Generation (`generate_batch`) follows batch-1 decoding (`DecodeSession`): each
+prompt's prefix (all but its last token) is prefilled alone in one forward (up to
+`PREFILL_CHUNK` positions; no compute goes to padding), the B caches are merged left-
+padded into one, then one forward per step feeds every unfinished row's pending token
+(the prompt's last token, then each greedy token); a float 4D additive attention mask
+hides the padding (a query always sees itself, so no softmax row is empty) and
+position ids count real tokens only (a prompt's first token is at position 0, as in
+batch-1 decoding). The hidden states and the top-m distribution of a position come
+from the same forward that feeds its token, so every position (prompt and
+continuation, the last generated token included) is covered without a second pass. A
+row stops at EOS (included) or after ``max_new_tokens`` tokens and leaves the batch
+once its last token has been fed (``DynamicCache.batch_select_indices``).
+
+Exactness. In float32 the batched continuation equals batch-1 greedy decoding (tested
+with ragged prompts, RoPE and absolute-position models; 16/16 SmolLM2 prompts x 64
+tokens in `benchmarks/stream_record_speed.py`). In bfloat16 a row's logits depend on
+the batch's shape (CPU GEMM rounding), so batched continuations can leave the batch-1
+ones (SmolLM2, batch 8: 5 of 16 prompts, first difference at token 0..33), while batch
+size 1 reproduces `SpeculativeDecoder` (k = 0) exactly; the manifest's ``check``
+records where a recording diverged.
 
 Recording folder format (``format_version`` 1)
 ----------------------------------------------
@@ -88,7 +98,7 @@ __all__ = ["FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_la
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "specloop.stream_record"
-PREFILL_CHUNK = 128            # prompt positions per prefill forward (bounds the logits' memory)
+PREFILL_CHUNK = 2048           # prompt positions per prefill forward (bounds the logits' memory)
 
 
 @dataclass(frozen=True)
@@ -205,38 +215,54 @@ def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: i
         logits.max(-1).indices.cpu()
 
 
-def _prefill(model, prompt: list[int], layers, top_m: int):
-    """Feed one prompt into a fresh batch-1 cache in chunks of `PREFILL_CHUNK`.
-    Returns (cache, per-chunk (hidden list, top ids, top probs), greedy next token)."""
+def _prefill(model, prefix: list[int], layers, top_m: int):
+    """Feed a prompt's prefix (all but its last token) into a fresh batch-1 cache, in one
+    forward per `PREFILL_CHUNK` positions (as `DecodeSession.prefill` does).
+    Returns (cache or None for an empty prefix, per-chunk (hidden list, top ids, top probs))."""
     from specloop.realmodels.kvcache import new_cache
-    cache, ids, parts = new_cache(), torch.tensor([prompt], dtype=torch.long), []
-    valid = torch.ones((1, len(prompt)), dtype=torch.bool)
-    for start in range(0, len(prompt), PREFILL_CHUNK):
-        stop = min(start + PREFILL_CHUNK, len(prompt))
-        hidden, top_ids, top_probs, argmax = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m)
+    if not prefix:
+        return None, []
+    cache, ids, parts = new_cache(), torch.tensor([prefix], dtype=torch.long), []
+    valid = torch.ones((1, len(prefix)), dtype=torch.bool)
+    for start in range(0, len(prefix), PREFILL_CHUNK):
+        stop = min(start + PREFILL_CHUNK, len(prefix))
+        hidden, top_ids, top_probs, _ = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m)
         parts.append(([h[0] for h in hidden], top_ids[0], top_probs[0]))
-    return cache, parts, int(argmax[0, -1])
+    return cache, parts
 
 
 def _merge_caches(caches, lengths: list[int]):
-    """Batch-1 caches of ``lengths`` tokens -> one left-padded batch cache (zeros at
-    the padding, which the mask hides)."""
+    """Batch-1 caches of ``lengths`` tokens (None for 0) -> one left-padded batch
+    cache (zeros at the padding, which the mask hides)."""
     from transformers import DynamicCache
+
+    from specloop.realmodels.kvcache import new_cache
+    template = next((c for c in caches if c is not None), None)
+    if template is None:
+        return new_cache()
     width, merged = max(lengths), []
-    for layer in range(len(caches[0].layers)):
-        per_row = [(c.layers[layer].keys, c.layers[layer].values) for c in caches]
-        keys = torch.cat([torch.nn.functional.pad(k, (0, 0, width - n, 0)) for (k, _), n in zip(per_row, lengths)])
-        values = torch.cat([torch.nn.functional.pad(v, (0, 0, width - n, 0)) for (_, v), n in zip(per_row, lengths)])
-        merged.append((keys, values))
+    for layer in range(len(template.layers)):
+        shape = template.layers[layer].keys.shape
+        keys, values = [], []
+        for cache, n in zip(caches, lengths):
+            if cache is None:
+                k = v = template.layers[layer].keys.new_zeros((1, shape[1], 0, shape[3]))
+            else:
+                k, v = cache.layers[layer].keys, cache.layers[layer].values
+            keys.append(torch.nn.functional.pad(k, (0, 0, width - n, 0)))
+            values.append(torch.nn.functional.pad(v, (0, 0, width - n, 0)))
+        merged.append((torch.cat(keys), torch.cat(values)))
     return DynamicCache(ddp_cache_data=merged)
 
 
 def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int) -> list[dict]:
     """Greedy continuations of a batch of prompts and every position's features.
 
-    Each prompt is prefilled alone (no compute on padding), the caches are merged
-    left-padded, then every step feeds the newest token of each unfinished row in one
-    forward; a row whose last token has been fed leaves the batch.
+    As batch-1 decoding (`DecodeSession`): each prompt's prefix (all but the last
+    token) is prefilled alone (no compute on padding); the caches are merged
+    left-padded; then every step feeds each unfinished row's pending token (first the
+    prompt's last token, then each greedy token) in one forward; a row whose final
+    token has been fed leaves the batch.
 
     Args:
         model: a transformers causal LM (eval mode). prompts: B token-id lists, each
@@ -255,25 +281,30 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids
         raise ValueError("generate_batch needs a non-empty batch of non-empty prompts")
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    eos, lengths = {int(e) for e in eos_ids}, [len(p) for p in prompts]
-    prefilled = [_prefill(model, list(p), layers, top_m) for p in prompts]
-    parts = [list(chunks) for _, chunks, _ in prefilled]
-    generated = [[first] for _, _, first in prefilled]
-    finished = [g[-1] in eos or max_new_tokens == 1 for g in generated]
-    cache = _merge_caches([c for c, _, _ in prefilled], lengths)
-    valid = torch.tensor([[i >= max(lengths) - n for i in range(max(lengths))] for n in lengths], dtype=torch.bool)
-    fed, active = [0] * len(prompts), list(range(len(prompts)))
-    while active:                    # invariant: every active row has a generated token not yet fed
-        step_ids = torch.tensor([[generated[r][fed[r]]] for r in active], dtype=torch.long)
+    eos, lengths = {int(e) for e in eos_ids}, [len(p) - 1 for p in prompts]
+    prefilled = [_prefill(model, list(p[:-1]), layers, top_m) for p in prompts]
+    parts = [list(chunks) for _, chunks in prefilled]
+    cache = _merge_caches([c for c, _ in prefilled], lengths)
+    width = max(lengths)
+    valid = torch.tensor([[i >= width - n for i in range(width)] for n in lengths], dtype=torch.bool)
+    valid = valid.reshape(len(prompts), width)
+    pending = [int(p[-1]) for p in prompts]
+    generated: list[list[int]] = [[] for _ in prompts]
+    finished = [False] * len(prompts)
+    active = list(range(len(prompts)))
+    while active:                    # every active row has a pending token to feed
+        step_ids = torch.tensor([[pending[r]] for r in active], dtype=torch.long)
         valid = torch.cat([valid, torch.ones((len(active), 1), dtype=torch.bool)], dim=1)
         hidden, top_ids, top_probs, argmax = _step(model, cache, step_ids, valid, layers, top_m)
+        keep = []
         for i, r in enumerate(active):
             parts[r].append(([h[i] for h in hidden], top_ids[i], top_probs[i]))
-            fed[r] += 1
-            if not finished[r]:
-                generated[r].append(int(argmax[i, -1]))
-                finished[r] = generated[r][-1] in eos or len(generated[r]) >= max_new_tokens
-        keep = [i for i, r in enumerate(active) if fed[r] < len(generated[r])]
+            if finished[r]:
+                continue                                     # its final token is fed: leaves the batch
+            pending[r] = int(argmax[i, -1])
+            generated[r].append(pending[r])
+            finished[r] = pending[r] in eos or len(generated[r]) >= max_new_tokens
+            keep.append(i)
         if 0 < len(keep) < len(active):
             cache.batch_select_indices(torch.tensor(keep))
             valid = valid[keep]

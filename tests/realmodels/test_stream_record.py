@@ -163,3 +163,25 @@ def test_stream_flags_unchanged_by_the_record_action():
     from specloop.cli.stream_cmd import run
     args = build_parser().parse_args(["stream", "--method", "hydra", "--prompts", "3", "--json", "--out", "x"])
     assert args.func is run and args.method == "hydra" and args.prompts == 3 and args.json and args.out == "x"
+
+
+@pytest.mark.slow
+def test_cli_records_smollm2_and_resumes(tmp_path, smollm2_float32, capsys):
+    from specloop.cli import main
+    argv = ["stream", "record", "--datasets", "humaneval,sharegpt", "--prompts", "2", "--max-new-tokens", "6",
+            "--batch-size", "2", "--check-prompts", "2", "--json", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["settings"]["layers"] == [2, 15, 27, -1] and result["settings"]["top_m"] == 32
+    assert result["check"] == {"stream_indices": [0, 1], "matching": 2, "divergent": []}
+    assert result["total_bytes"] == sum(p.stat().st_size for p in tmp_path.iterdir()) and result["tokens_per_s"] > 0
+    shard = (tmp_path / "shard-0000.npz").read_bytes()
+    rec = open_recording(tmp_path).prompt(1)
+    assert rec["dataset"] == "sharegpt" and rec["new_tokens"] == 6
+    with torch.no_grad():
+        out = smollm2_float32.model(torch.tensor([rec["tokens"].tolist()], dtype=torch.long),
+                                    output_hidden_states=True)
+    for layer in (2, 15, 27, -1):
+        np.testing.assert_allclose(rec["hidden"][layer].astype(np.float32), out.hidden_states[layer][0].numpy(),
+                                   rtol=1e-2, atol=2e-2)
+    assert main(argv) == 0 and (tmp_path / "shard-0000.npz").read_bytes() == shard      # nothing left to do
