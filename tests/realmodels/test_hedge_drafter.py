@@ -4,7 +4,6 @@ target distribution (chi-square), every source observes every round, the feedbac
 source that was not verified, the registry and refusals."""
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import pytest
@@ -18,9 +17,9 @@ from specloop.realmodels.drafters.ngram import NGramDrafter
 from specloop.realmodels.drafters.registry import check_drafter_name, make_drafter
 from specloop.realmodels.drafters.suffix import SuffixDrafter
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
-from specloop.realmodels.sampling import SamplingConfig, processed_probs
+from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.hedge_sources import accepted_prefix
-from tests.realmodels.decoder_util import FixedDrafter, SpyDrafter, as_loaded, one_thread, plain_greedy, tiny_llama  # noqa: F401
+from tests.realmodels.decoder_util import FixedDrafter, SpyDrafter, as_loaded, exact_joint, one_thread, plain_greedy, tiny_llama  # noqa: F401
 
 VOCAB = 12
 POLICIES = {
@@ -134,18 +133,9 @@ def test_feedback_of_a_source_that_was_not_verified():
     assert drafter._seq[-2:] == [3, 1]
 
 
+
 def _exact_joint(model, prompt, sampling, length):
-    probs = {}
-    for cont in itertools.product(range(VOCAB), repeat=length):
-        total = 1.0
-        for i in range(length):
-            with torch.no_grad():
-                logits = model(torch.tensor([prompt + list(cont[:i])])).logits[0, -1]
-            total *= float(processed_probs(logits, sampling)[cont[i]])
-            if total == 0.0:
-                break
-        probs[cont] = total
-    return probs
+    return exact_joint(model, prompt, sampling, length, VOCAB)
 
 
 @pytest.mark.parametrize("case", [("chain", SamplingConfig(1.0)), ("tree", SamplingConfig(0.8, top_k=6))])
