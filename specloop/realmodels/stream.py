@@ -26,7 +26,8 @@ Results folder (``out``): per method ``<method>/rounds.jsonl`` (a `TraceWriter`
 file, one `RoundRecord` per round, ``stream_index`` = prompt index; online
 methods' records carry the round's f_t(w_t) in ``loss``, returned by `OnlineDrafter.observe`),
 ``<method>/state.pt`` (prompts done, per-prompt and per-chunk timings, the adapter's
-full state: draft parameters, learner, replay buffer) written atomically after every
+full state: draft parameters, learner, replay buffer; for the suffix method the
+drafter's own state) written atomically after every
 prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
 with the same arguments drops rounds of the unfinished prompt, reloads the state and
 continues: the records equal those of an uninterrupted run (greedy decoding).
@@ -80,7 +81,10 @@ class MethodSpec:
 def _build_methods() -> dict[str, MethodSpec]:
     table = {BASELINE: MethodSpec(BASELINE, "Greedy (no draft)", "", None),
              "vanilla-sd": MethodSpec("vanilla-sd", "Vanilla SD", "small-lm", None),
-             "osd": MethodSpec("osd", "OSD", "small-lm", "osd")}
+             "osd": MethodSpec("osd", "OSD", "small-lm", "osd"),
+             # a draft that learns from every verified token without a gradient (issue 21):
+             # its suffix tries are kept with the stream's state
+             "suffix": MethodSpec("suffix", "SuffixDecoding", "suffix", None)}
     for kind, label in _KINDS.items():
         table[kind] = MethodSpec(kind, label, kind, None)
         for prefix, (learner, plabel) in _LEARNERS.items():
@@ -224,7 +228,7 @@ class StreamRunner:
         folder = self.out / spec.name
         folder.mkdir(parents=True, exist_ok=True)
         drafter, adapter = self._build(spec)
-        state = self._load_state(folder, spec, adapter, _draft_id(drafter))
+        state = self._load_state(folder, spec, adapter, _draft_id(drafter), drafter)
         done = state["prompts_done"]
         self._drop_unfinished(folder / "rounds.jsonl", done)
         limit = len(self.prompts) if stop_after is None else min(len(self.prompts), int(stop_after))
@@ -254,13 +258,15 @@ class StreamRunner:
             state["chunk_train_time"].append(adapter.end_chunk())
         if adapter is not None:
             state["adapter"] = adapter.state_dict()
+        if _keeps_stream_state(drafter):
+            state["drafter"] = drafter.state_dict()
         save_checkpoint(writer.path.parent / "state.pt", state)
 
     def _meta(self, spec: MethodSpec) -> dict:
         return {"method": spec.name, "label": spec.label, "drafter": spec.drafter, "learner": spec.learner,
                 "config": {**self.config.__dict__}, "prompts": len(self.prompts)}
 
-    def _load_state(self, folder: Path, spec: MethodSpec, adapter, draft_id: str) -> dict:
+    def _load_state(self, folder: Path, spec: MethodSpec, adapter, draft_id: str, drafter=None) -> dict:
         path = folder / "state.pt"
         fresh = {"prompts_done": 0, "chunk_train_time": [], "outputs": [], "adapter": None,
                  "config": {**self.config.__dict__}, "method": spec.name, "stream_hash": self._stream_hash(),
@@ -276,6 +282,8 @@ class StreamRunner:
                              f"({state.get('config')}); use another --out folder or delete it")
         if adapter is not None and state.get("adapter") is not None:
             adapter.load_state_dict(state["adapter"])
+        if drafter is not None and _keeps_stream_state(drafter) and state.get("drafter") is not None:
+            drafter.load_state_dict(state["drafter"])
         return state
 
     def _stream_hash(self) -> str:
@@ -293,6 +301,13 @@ class StreamRunner:
         kept = Trace([r for r in trace if r.stream_index < done], trace.meta)
         if len(kept) != len(trace) or not path.read_text(encoding="utf-8").endswith("\n"):
             kept.save(path)
+
+
+def _keeps_stream_state(drafter) -> bool:
+    """Drafters whose state grows over the stream without a learner (the suffix drafter)
+    declare ``keeps_stream_state``; the runner saves their
+    ``state_dict`` with every prompt so a resumed run continues from it."""
+    return bool(getattr(drafter, "keeps_stream_state", False))
 
 
 def _draft_id(drafter) -> str:

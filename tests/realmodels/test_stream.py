@@ -190,3 +190,26 @@ def test_drafts_dir_serves_the_saved_draft_and_never_falls_back(target, tmp_path
     # a kind with no folder under drafts_dir fails, naming the folder, instead of using another draft
     with pytest.raises(FileNotFoundError, match="drafts.medusa.*draft train --kind medusa"):
         from_dir.run_method("medusa")
+
+
+def test_suffix_method_learns_over_the_stream_and_resumes_exactly(target, tmp_path):
+    """The suffix method's tries grow over the stream; a killed run restores them from
+    the stream's state and reproduces the uninterrupted records."""
+    from specloop.realmodels.drafters.suffix import SuffixDrafter
+
+    def make(out):
+        config = StreamConfig(chunk=2, max_new_tokens=14, num_draft_tokens=3, online=ONLINE)
+        stream = prompts(3) * 2                          # the second half repeats the first
+        return StreamRunner(target, stream, out, config, make_drafter=lambda spec: SuffixDrafter())
+
+    assert resolve_method("suffix").drafter == "suffix" and resolve_method("SuffixDecoding").learner is None
+    full = make(tmp_path / "full").run_method("suffix")
+    make(tmp_path / "resumed").run_method("suffix", stop_after=4)
+    resumed = make(tmp_path / "resumed").run_method("suffix")
+    assert comparable(tmp_path / "resumed" / "suffix" / "rounds.jsonl") == \
+        comparable(tmp_path / "full" / "suffix" / "rounds.jsonl")
+    assert resumed["mean_accepted_length"] == pytest.approx(full["mean_accepted_length"])
+    trace = Trace.load(tmp_path / "full" / "suffix" / "rounds.jsonl")
+    first = [r.tokens_per_round for r in trace if r.stream_index < 3]
+    second = [r.tokens_per_round for r in trace if r.stream_index >= 3]
+    assert np.mean(second) > np.mean(first) + 0.5         # repeated requests are drafted from the tries

@@ -115,6 +115,9 @@ class SuffixDrafter(BaseDrafter):
         ValueError: bad sizes or probabilities.
     """
 
+    #: the stream runner saves this drafter's ``state_dict`` with the stream's state
+    keeps_stream_state = True
+
     name = "suffix"
 
     def __init__(self, depth: int = 32, max_match: int = 16, max_requests: int = 1000,
