@@ -67,6 +67,27 @@ def exact_joint(model, prompt: list[int], sampling, length: int, vocab: int) -> 
     return probs
 
 
+def chi_square_pvalue(counts: dict, keys: list, probs, n: int, check_support: bool = True) -> float:
+    """Pearson's chi-square p-value of ``counts`` (n draws over ``keys``) against the law
+    ``probs`` (same order as ``keys``, normalised here); cells expected below 5 are pooled
+    (the test's validity condition) and an empty pooled cell dropped. With
+    ``check_support``, a draw of a continuation of probability 0 fails at once."""
+    import numpy as np
+    from scipy import stats
+    p = np.asarray(probs, dtype=float)
+    observed = np.array([counts[k] for k in keys], dtype=float)
+    if check_support:
+        assert observed[p == 0].sum() == 0, "emitted a continuation of target probability 0"
+    expected = p / p.sum() * n
+    small = expected < 5
+    obs = np.append(observed[~small], observed[small].sum())
+    exp = np.append(expected[~small], expected[small].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert abs(exp.sum() - n) <= 1e-6 * n
+    return float(stats.chisquare(obs, exp).pvalue)
+
+
 class SpyDrafter(BaseDrafter):
     """Wraps a drafter and records every proposal and feedback."""
 
