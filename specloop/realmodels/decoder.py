@@ -31,7 +31,6 @@ from specloop.realmodels.padding import calibrate_verify_widths, check_widths
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.sampling import SamplingConfig, check_finite
 from specloop.realmodels.session import DecodeSession, GenerationResult
-from specloop.record import Trace
 from specloop.strategies.base import DraftPolicy
 from specloop.strategies.engine import drive_round
 

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
-from specloop.realmodels.kvcache import cache_length, causal_forward, keep_positions, model_forward, new_cache
+from specloop.realmodels.kvcache import cache_length, causal_forward, keep_positions, new_cache
 from specloop.realmodels.padding import pad_block
 from specloop.realmodels.sampling import check_finite, processed_probs
 from specloop.realmodels.tree import node_depths, verify_block_inputs

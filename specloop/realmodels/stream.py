@@ -37,17 +37,15 @@ from __future__ import annotations
 import json
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
 from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint,
                                         save_checkpoint)
-from specloop.record import RoundRecord, Trace, TraceWriter
+from specloop.record import Trace, TraceWriter
 from specloop.strategies.registry import learner_spec
 
 __all__ = ["MethodSpec", "METHODS", "resolve_method", "StreamConfig", "StreamRunner", "summarise",

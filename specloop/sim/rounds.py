@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specloop.record import RoundRecord, Trace
+from specloop.record import Trace
 from specloop.sim import _kernels as K
 from specloop.sim.costs import round_record  # noqa: F401  (re-exported: rounds priced by a cost model)
 
