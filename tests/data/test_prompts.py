@@ -71,3 +71,29 @@ def test_sharegpt_recovers_the_complete_conversations():
     assert not complete and len(elements) == 17671
     prompts = load_prompts("sharegpt", "all")
     assert len({p.id for p in prompts}) == len(prompts)
+
+
+def test_sharegpt_topics_partition_sharegpt_and_keep_its_split():
+    from specloop.data.prompts import SHAREGPT_TOPICS, sharegpt_topic
+    for split in ("heldout", "warmup"):
+        whole = load_prompts("sharegpt", split)
+        parts = {topic: load_prompts(topic, split) for topic in SHAREGPT_TOPICS}
+        assert sum(len(v) for v in parts.values()) == len(whole)
+        ids = {topic: {p.id for p in v} for topic, v in parts.items()}
+        assert set().union(*ids.values()) == {p.id for p in whole}
+        for topic, prompts in parts.items():
+            assert all(p.dataset == topic and sharegpt_topic(p.text) == topic for p in prompts)
+    for topic in SHAREGPT_TOPICS:
+        held = {p.id for p in load_prompts(topic, "heldout")}
+        warm = {p.id for p in load_prompts(topic, "warmup")}
+        assert not held & warm
+        assert len(held) >= 300                      # a stream domain of the scale experiment
+
+
+def test_sharegpt_topic_rule():
+    from specloop.data.prompts import sharegpt_topic
+    assert sharegpt_topic("How do I sort a list in Python?") == "sharegpt-code"
+    assert sharegpt_topic("Write a poem about the sea") == "sharegpt-writing"
+    assert sharegpt_topic("What is the capital of France?") == "sharegpt-chat"
+    with pytest.raises(ValueError, match="sharegpt-code"):
+        load_prompts("sharegpt-cod")
