@@ -43,11 +43,20 @@ sum_t p_t . l_t - min_i L_T^i is at most (`hedge_regret_bound`)
     no delay, anytime:  2 sqrt(T ln K / 2) + sqrt(ln K / 8)        (CBL Thm. 2.3)
     no delay, fixed:    ln K / eta + eta T / 8 = sqrt(T ln K / 2)   (CBL Thm. 2.2)
     delay <= d rounds:  the above + sum_t min(1, exp(eta_t d) - 1),
+    n_t rounds missing: the above + sum_t min(1, eta_t n_t / 4)      (`HedgeOverSources`)
 
-the delayed term because the played weights miss at most d loss vectors in [0, 1]^K,
-so each weight is within a factor exp(eta_t d) of the undelayed one (and a round's
-loss difference is at most 1). The comparator is
-the best source on the realised rounds (whose boundaries depend on the choices).
+the delayed terms because the played weights p^del_t miss n_t <= d loss vectors in
+[0, 1]^K (the rounds played but not yet resolved when round t is played), and the
+full-information weights p_t (whose regret is the undelayed bound, for any loss
+sequence) differ from them by at most that much on l_t: each weight is within a factor
+exp(eta_t d) of the undelayed one; sharper, with m = the missing losses' sum (m_i in
+[0, n_t]) and f(s) = p(L + s m) . l_t, f'(s) = -eta_t Cov_p(m, l_t), and Popoviciu's
+inequality (Var <= range^2 / 4) gives |Cov| <= (n_t / 2)(1 / 2), so
+|p^del_t . l_t - p_t . l_t| <= eta_t n_t / 4 (and <= 1). `HedgeOverSources.regret`
+reports the smaller of the two. The bounds hold pathwise for every loss sequence, also
+one that reacts to the choices (an adaptive adversary), so they bound the *expected*
+regret sum_t p_t . l_t - min_i L_T^i of every run. The comparator is the best source on
+the realised rounds (whose boundaries depend on the choices).
 
 This module sees no models and no simulator (strategies layer).
 """
@@ -148,6 +157,7 @@ class HedgeOverSources:
         self.cumulative_loss = np.zeros(num_sources)
         self.expected_loss = self.chosen_loss = 0.0
         self.t = self.resolved = self.max_delay = 0
+        self.delay_term = 0.0              # sum_t min(1, eta_t n_t / 4), n_t = rounds unresolved at t
         self._played: dict[int, tuple[np.ndarray, int]] = {}     # round -> (p_t, chosen)
 
     def weights(self, round_index: int | None = None) -> np.ndarray:
@@ -163,6 +173,9 @@ class HedgeOverSources:
         """Start a round: (round id t, chosen source index)."""
         p = self.weights()
         self.t += 1
+        if self._played and self.delay_term is not None:   # n_t losses p_t misses (module docstring)
+            eta = hedge_learning_rate(self.num_sources, self.t, self.horizon)
+            self.delay_term += min(1.0, eta * len(self._played) / 4.0)
         if self.choose == "argmax":
             chosen = int(np.argmax(p))
         else:
@@ -189,18 +202,22 @@ class HedgeOverSources:
         """The regret against the best source in hindsight over the resolved rounds:
         ``expected`` (sum p_t . l_t - min_i L^i), ``realised`` (chosen sources' losses -
         min_i L^i), ``best_source``, ``rounds``, ``max_delay`` and ``bound``
-        (`hedge_regret_bound` at that delay)."""
+        (the smaller of `hedge_regret_bound` at that delay and the undelayed bound plus
+        ``delay_term``, sum_t min(1, eta_t n_t / 4) over the rounds played)."""
         best = float(self.cumulative_loss.min()) if self.resolved else 0.0
+        bound = hedge_regret_bound(self.resolved, self.num_sources, self.horizon, self.max_delay)
+        if self.max_delay and self.delay_term is not None:
+            bound = min(bound, hedge_regret_bound(self.resolved, self.num_sources, self.horizon)
+                        + self.delay_term)
         return {"expected": self.expected_loss - best, "realised": self.chosen_loss - best,
                 "best_source": int(np.argmin(self.cumulative_loss)), "rounds": self.resolved,
-                "max_delay": self.max_delay,
-                "bound": hedge_regret_bound(self.resolved, self.num_sources, self.horizon, self.max_delay)}
+                "max_delay": self.max_delay, "bound": bound}
 
     def state_dict(self) -> dict:
         return {"num_sources": self.num_sources, "horizon": self.horizon, "choose": self.choose,
                 "cumulative_loss": self.cumulative_loss.tolist(), "expected_loss": self.expected_loss,
                 "chosen_loss": self.chosen_loss, "t": self.t, "resolved": self.resolved,
-                "max_delay": self.max_delay, "rng": rng_state(self._rng),
+                "max_delay": self.max_delay, "delay_term": self.delay_term, "rng": rng_state(self._rng),
                 "played": [[k, p.tolist(), c] for k, (p, c) in self._played.items()]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -214,6 +231,8 @@ class HedgeOverSources:
         self.cumulative_loss = np.array(state["cumulative_loss"], dtype=np.float64)
         self.expected_loss, self.chosen_loss = float(state["expected_loss"]), float(state["chosen_loss"])
         self.t, self.resolved, self.max_delay = int(state["t"]), int(state["resolved"]), int(state["max_delay"])
+        # a state saved before delay_term existed: None, and `regret` uses the max-delay bound
+        self.delay_term = None if state.get("delay_term") is None else float(state["delay_term"])
         set_rng_state(self._rng, state["rng"])
         self._played = {int(k): (np.array(p, dtype=np.float64), int(c)) for k, p, c in state["played"]}
 

@@ -210,3 +210,33 @@ def test_delayed_feedback_delay_is_bounded_and_the_request_end_decides():
     np.testing.assert_allclose(done[0][1], [1 - 2 / loss.rate_scale])
     with pytest.raises(ValueError):
         DelayedFeedback(loss, max_delay=0)
+
+
+def test_delay_term_counts_the_missing_loss_vectors_of_each_round():
+    """delay_term = sum_t min(1, eta_t n_t / 4), n_t = rounds played but unresolved when
+    round t is played (plain loop reference); the reported bound is the smaller of it
+    (plus the undelayed bound) and the max-delay bound, and the expected regret stays
+    below it; a state without the term (saved before it existed) falls back."""
+    rng = np.random.default_rng(4)
+    losses = _switching_losses(2000, 11)
+    hedge = HedgeOverSources(2, seed=0)
+    waiting, reference = [], 0.0
+    for t in range(1, 2001):
+        reference += min(1.0, math.sqrt(8 * math.log(2) / t) * len(waiting) / 4) if waiting else 0.0
+        rid, _ = hedge.play()
+        waiting.append((t + int(rng.integers(0, 6)), rid))
+        for due, r in [w for w in waiting if w[0] <= t]:
+            hedge.update(r, losses[r - 1])
+        waiting = [w for w in waiting if w[0] > t]
+    for _, r in waiting:
+        hedge.update(r, losses[r - 1])
+    assert hedge.delay_term == pytest.approx(reference, rel=1e-12)
+    report = hedge.regret()
+    loose = hedge_regret_bound(2000, 2, None, report["max_delay"])
+    assert report["bound"] == pytest.approx(min(loose, hedge_regret_bound(2000, 2) + reference))
+    assert report["expected"] <= report["bound"] < loose
+    state = hedge.state_dict()
+    state.pop("delay_term")
+    old = HedgeOverSources(2)
+    old.load_state_dict(state)
+    assert old.delay_term is None and old.regret()["bound"] == loose
