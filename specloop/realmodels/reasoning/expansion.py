@@ -1,0 +1,237 @@
+"""Greedy step generation for Lookahead Reasoning, batch 1 or one batch of ragged
+prefixes (Fu et al. 2025, Lookahead Reasoning: "the target expands each proposed
+prefix by one step in a single batched pass"; OnlineSpec Table 2 / App. B.10).
+
+`expand_steps` generates one step (`steps.StepRule`) after each of B token-id
+prefixes in ONE batched forward loop: the prefixes' common head is prefilled once
+(or taken from a batch-1 cache of the committed context, `CommittedCache`) and
+repeated over the batch; each row's own tail is *left padded* to the longest tail
+(pads sit between the shared head and the tail), with a float 4D additive mask that
+hides the pads and per-row position ids that count real tokens only, so every row
+computes what the same prefix computes alone (tested in float32 greedy). Rows that
+finish (step delimiter, token cap, EOS) leave the batch.
+
+Decoding is greedy with an optional HF-style repetition penalty (OnlineSpec App.
+B.10 uses 1.2): a logit s of a token already in the row (prefix or generated) becomes
+s / r if s > 0 else s * r.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from specloop.realmodels.kvcache import _cache_kwarg, cache_length, causal_forward, new_cache
+from specloop.realmodels.reasoning.steps import StepRule
+
+__all__ = ["StepOutput", "CommittedCache", "expand_steps", "padded_forward", "common_prefix_length"]
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One generated step.
+
+    Attributes:
+        ids: the step's token ids in the generating model's vocabulary (EOS excluded).
+        text: ``tokenizer.decode(ids)``.
+        eos: the step ended with EOS (the generation is over after it).
+    """
+
+    ids: tuple[int, ...]
+    text: str
+    eos: bool
+
+
+class CommittedCache:
+    """A batch-1 KV cache of a model over a growing committed context.
+
+    Args:
+        model: causal LM.
+        ids: the initial context (int list, >= 2 tokens: the last token is kept out
+            of the cache so that a step can always be generated from a 1-token tail).
+    """
+
+    def __init__(self, model, ids: list[int]):
+        if len(ids) < 2:
+            raise ValueError(f"a committed context needs >= 2 tokens, got {len(ids)}")
+        self.model = model
+        self.ids: list[int] = []
+        self.cache = new_cache()
+        self.extend(list(ids))
+
+    @property
+    def cached(self) -> int:
+        """Tokens held in the cache (= len(ids) - 1)."""
+        return cache_length(self.cache)
+
+    def extend(self, new_ids: list[int]) -> None:
+        """Append ``new_ids`` to the context (the cache follows up to the new last token)."""
+        self.ids.extend(int(t) for t in new_ids)
+        todo = self.ids[self.cached: len(self.ids) - 1]
+        if todo:
+            causal_forward(self.model, self.cache, torch.tensor(todo, dtype=torch.long))
+
+
+def common_prefix_length(prefixes: list[list[int]]) -> int:
+    """Length of the longest common head of all prefixes, at most min length - 1."""
+    limit = min(len(p) for p in prefixes) - 1
+    first = prefixes[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prefixes):
+        n += 1
+    return n
+
+
+def _additive(visible: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device)
+    mask.masked_fill_(~visible.to(device), torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+def _forward(model, cache, input_ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
+             hidden: bool = False):
+    device = next(model.parameters()).device
+    dtype = next(model.parameters()).dtype
+    with torch.inference_mode():
+        return model(input_ids=input_ids.to(device), attention_mask=_additive(visible, dtype, device),
+                     position_ids=positions.to(device), use_cache=cache is not None,
+                     output_hidden_states=hidden, **({_cache_kwarg(model): cache} if cache is not None else {}))
+
+
+def _tail_inputs(tails: list[list[int]], head: int, pad_id: int):
+    """Left-padded tails: input (B, S), key validity (B, head + S), prefill
+    visibility (B, S, head + S), positions (B, S)."""
+    width = max(len(t) for t in tails)
+    batch = len(tails)
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    valid = torch.ones((batch, head + width), dtype=torch.bool)
+    positions = torch.full((batch, width), head, dtype=torch.long)
+    for b, tail in enumerate(tails):
+        pad = width - len(tail)
+        input_ids[b, pad:] = torch.tensor(tail, dtype=torch.long)
+        valid[b, head: head + pad] = False
+        positions[b, pad:] = head + torch.arange(len(tail))
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    visible = valid[:, None, :].repeat(1, width, 1)
+    visible[:, :, head:] &= causal
+    visible[:, torch.arange(width), head + torch.arange(width)] = True   # pad rows see themselves (no NaN)
+    return input_ids, valid, visible, positions
+
+
+def _penalise(logits: torch.Tensor, seen: list[set[int]], penalty: float) -> torch.Tensor:
+    if penalty == 1.0:
+        return logits
+    logits = logits.clone()
+    for b, tokens in enumerate(seen):
+        idx = torch.tensor(sorted(tokens), dtype=torch.long, device=logits.device)
+        values = logits[b, idx]
+        logits[b, idx] = torch.where(values > 0, values / penalty, values * penalty)
+    return logits
+
+
+def expand_steps(model, tokenizer, prefixes: list[list[int]], rule: StepRule, *, eos_ids: set[int],
+                 base: CommittedCache | None = None, repetition_penalty: float = 1.0,
+                 max_tokens: int | None = None) -> list[StepOutput]:
+    """Generate one greedy step after every prefix, all prefixes in one batch.
+
+    Args:
+        model: causal LM (any dtype / device; float32 for exactness).
+        tokenizer: its tokenizer (``decode``), to find step delimiters.
+        prefixes: B >= 1 lists of token ids, each >= 1 token (ragged).
+        rule: `StepRule` (delimiter, token cap).
+        eos_ids: token ids that end the generation.
+        base: optional `CommittedCache` whose ids are a head of every prefix and
+            strictly shorter than each; its cache is copied, never modified.
+            Without it the common head is prefilled once here.
+        repetition_penalty: r >= 1.0 (1.0 = off).
+        max_tokens: optional cap below ``rule.max_step_tokens``.
+
+    Returns:
+        B `StepOutput`, in prefix order.
+
+    Raises:
+        ValueError: no prefixes, an empty prefix, a base that is not a strict head
+            of every prefix, repetition_penalty < 1.
+    """
+    if not prefixes or any(len(p) == 0 for p in prefixes):
+        raise ValueError("expand_steps needs >= 1 non-empty prefix")
+    if repetition_penalty < 1.0:
+        raise ValueError(f"repetition_penalty must be >= 1.0, got {repetition_penalty}")
+    prefixes = [list(map(int, p)) for p in prefixes]
+    if base is not None:
+        head = base.cached
+        if any(len(p) <= head or p[:len(base.ids)] != base.ids for p in prefixes):
+            raise ValueError("the committed cache is not a strict head of every prefix")
+        cache = copy.deepcopy(base.cache)
+    else:
+        head = common_prefix_length(prefixes)
+        cache = new_cache()
+        if head:
+            causal_forward(model, cache, torch.tensor(prefixes[0][:head], dtype=torch.long))
+    batch = len(prefixes)
+    if head and batch > 1:
+        cache.batch_repeat_interleave(batch)
+    cap = int(rule.max_step_tokens if max_tokens is None else min(rule.max_step_tokens, max_tokens))
+    pad_id = prefixes[0][-1]
+    input_ids, valid, visible, positions = _tail_inputs([p[head:] for p in prefixes], head, pad_id)
+    logits = _forward(model, cache, input_ids, visible, positions).logits[:, -1].float()
+    return _decode_loop(model, tokenizer, cache, logits, valid, positions[:, -1], prefixes, rule, cap,
+                        eos_ids, float(repetition_penalty))
+
+
+def _decode_loop(model, tokenizer, cache, logits, valid, last_pos, prefixes, rule, cap, eos_ids, penalty):
+    batch = len(prefixes)
+    generated: list[list[int]] = [[] for _ in range(batch)]
+    results: list[StepOutput | None] = [None] * batch
+    seen = [set(p) for p in prefixes] if penalty != 1.0 else []
+    active = list(range(batch))
+    while True:
+        scores = _penalise(logits, [seen[b] for b in active], penalty) if penalty != 1.0 else logits
+        next_ids = scores.argmax(dim=-1).tolist()
+        keep = []
+        for row, b in enumerate(active):
+            token = int(next_ids[row])
+            if token in eos_ids:
+                results[b] = StepOutput(tuple(generated[b]), tokenizer.decode(generated[b]), True)
+                continue
+            generated[b].append(token)
+            if penalty != 1.0:
+                seen[b].add(token)
+            text = tokenizer.decode(generated[b])
+            if rule.step_complete(text) or len(generated[b]) >= cap:
+                results[b] = StepOutput(tuple(generated[b]), text, False)
+                continue
+            keep.append(row)
+        if not keep:
+            return results
+        if len(keep) < len(active):
+            index = torch.tensor(keep, dtype=torch.long)
+            cache.batch_select_indices(index.to(next(model.parameters()).device))
+            valid, last_pos = valid[index], last_pos[index]
+            next_ids = [next_ids[r] for r in keep]
+            active = [active[r] for r in keep]
+        valid = torch.cat([valid, torch.ones((len(active), 1), dtype=torch.bool)], dim=1)
+        last_pos = last_pos + 1
+        out = _forward(model, cache, torch.tensor(next_ids, dtype=torch.long)[:, None], valid[:, None, :],
+                       last_pos[:, None])
+        logits = out.logits[:, -1].float()
+
+
+def padded_forward(model, sequences: list[list[int]], *, hidden: bool = False):
+    """One left-padded batch forward (no cache) over ragged ``sequences``.
+
+    Returns:
+        (logits float32 (B, V) at each row's last token, last-layer hidden states
+        (B, S, H) or None, validity bool (B, S) of the padded positions).
+
+    Raises:
+        ValueError: no sequences or an empty one.
+    """
+    if not sequences or any(len(s) == 0 for s in sequences):
+        raise ValueError("padded_forward needs >= 1 non-empty sequence")
+    input_ids, valid, visible, positions = _tail_inputs([list(map(int, s)) for s in sequences], 0,
+                                                        int(sequences[0][-1]))
+    out = _forward(model, None, input_ids, visible, positions, hidden)
+    states = out.hidden_states[-1].float() if hidden else None
+    return out.logits[:, -1].float(), states, valid
