@@ -1,4 +1,4 @@
-"""Published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa; issue 22 item 1): synthetic
+"""Published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa, Hydra; issue 22 item 1): synthetic
 checkpoints written in the published key layout next to a tiny Llama target. The
 loaded heads' logits equal reference forwards written here from each format's
 definition (plain torch ops), speculative greedy output equals plain greedy (chain and
@@ -18,7 +18,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.registry import check_drafter_name, make_drafter
 from specloop.realmodels.heads.published import (load_published_eagle, load_published_eagle3,
-                                                 load_published_medusa)
+                                                 load_published_medusa, rope_inv_freq)
+from specloop.realmodels.heads.published_hydra import load_published_hydra
 from specloop.realmodels.loading import LoadedModel
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.sampling import SamplingConfig
@@ -111,28 +112,56 @@ def write_medusa(folder, *, seed=3, heads=3, layers=1, hidden=H, vocab=V) -> dic
     return t
 
 
+def write_hydra(folder, *, seed=4, heads=3, layers=2, grounded=True, arch="mlp", offset=0, embed=None,
+                vocab=V, hidden=H) -> dict:
+    """The reference's ``HydraMLP.state_dict()``: tied blocks saved under every index."""
+    gen = torch.Generator().manual_seed(seed)
+    t = {}
+    for k in range(heads):
+        width = (k + 2) * hidden if grounded else hidden
+        w, b = _rand(gen, hidden, width, scale=0.15), _rand(gen, hidden)
+        if grounded:
+            t[f"hydra_mlp.{k}.0.linear.weight"], t[f"hydra_mlp.{k}.0.linear.bias"] = w, b
+            t[f"hydra_mlp.{k}.0.res_connection.weight"] = _rand(gen, hidden, width, scale=0.15)
+            t[f"hydra_mlp.{k}.0.res_connection.bias"] = _rand(gen, hidden)
+            w, b = _rand(gen, hidden, hidden, scale=0.2), _rand(gen, hidden)
+        for layer in range(1 if grounded else 0, layers):
+            t[f"hydra_mlp.{k}.{layer}.linear.weight"], t[f"hydra_mlp.{k}.{layer}.linear.bias"] = w, b
+        t[f"hydra_lm_head.{k}.weight"] = _rand(gen, vocab, hidden, scale=0.5)
+        t[f"hydra_lm_head.{k}.bias"] = _rand(gen, vocab)
+    if embed is not None:
+        t["input_embed_fn.weight"] = embed
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({
+        "hydra_num_heads": heads, "hydra_num_layers": layers, "hydra_head_arch": arch, "grounded_heads": grounded,
+        "hidden_state_offset": offset, "base_model_name_or_path": "tiny"}))
+    torch.save(t, folder / "hydra_lm_head.pt")
+    return t
+
+
 # ------------------------------------------------------------------ reference forwards
 def _rms(x, w, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
-def _rope(x, pos):                      # x [heads, T, d]; Llama halves convention
-    inv = 1.0 / (10000.0 ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
+def _rope(x, pos, inv=None):            # x [heads, T, d]; Llama halves convention
+    if inv is None:
+        inv = 1.0 / (10000.0 ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
     ang = pos.float()[:, None] * inv[None]
     cos, sin = torch.cat([ang.cos()] * 2, -1), torch.cat([ang.sin()] * 2, -1)
     rot = torch.cat([-x[..., HD // 2:], x[..., :HD // 2]], -1)
     return x * cos + rot * sin
 
 
-def _ref_layer(t, prefix, attn_in, residual):
+def _ref_layer(t, prefix, attn_in, residual, inv=None):
     """One Llama decoder layer over T positions (causal), attention on attn_in,
-    residual given; returns h [T, H]."""
+    residual given, rotary frequencies ``inv`` (default theta 10^4); returns h [T, H]."""
     n = attn_in.shape[0]
     pos = torch.arange(n)
     q = (attn_in @ t[f"{prefix}self_attn.q_proj.weight"].T).view(n, NH, HD).transpose(0, 1)
     k = (attn_in @ t[f"{prefix}self_attn.k_proj.weight"].T).view(n, NKV, HD).transpose(0, 1)
     v = (attn_in @ t[f"{prefix}self_attn.v_proj.weight"].T).view(n, NKV, HD).transpose(0, 1)
-    q, k = _rope(q, pos), _rope(k, pos)
+    q, k = _rope(q, pos, inv), _rope(k, pos, inv)
     k, v = k.repeat_interleave(NH // NKV, 0), v.repeat_interleave(NH // NKV, 0)
     scores = q @ k.transpose(-1, -2) / math.sqrt(HD)
     scores = scores.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
@@ -143,10 +172,10 @@ def _ref_layer(t, prefix, attn_in, residual):
     return h + mlp @ t[f"{prefix}mlp.down_proj.weight"].T
 
 
-def ref_eagle(t, embed, lm, feats, next_tokens):
+def ref_eagle(t, embed, lm, feats, next_tokens, inv=None):
     """EAGLE-1: x = fc([emb; f]); layer without input_layernorm; target LM head."""
     x = torch.cat([embed[next_tokens], feats], -1) @ t["fc.weight"].T + t.get("fc.bias", 0.0)
-    h = _ref_layer(t, "layers.0.", x, x)
+    h = _ref_layer(t, "layers.0.", x, x, inv)
     return h, h @ lm.T
 
 
@@ -157,6 +186,19 @@ def ref_eagle3(t, embed, feats, next_tokens, project=True):
     e = _rms(embed[next_tokens], t["midlayer.input_layernorm.weight"])
     h = _ref_layer(t, "midlayer.", torch.cat([e, _rms(g, t["midlayer.hidden_norm.weight"])], -1), g)
     return h, _rms(h, t["norm.weight"]) @ t["lm_head.weight"].T
+
+
+def ref_hydra_mlp(t, k, layers, grounded, u):
+    """Head k of HydraMLP on input u: ResBlock(s) then its biased LM head."""
+    if grounded:
+        x = u @ t[f"hydra_mlp.{k}.0.res_connection.weight"].T + t[f"hydra_mlp.{k}.0.res_connection.bias"]
+        x = x + F.silu(u @ t[f"hydra_mlp.{k}.0.linear.weight"].T + t[f"hydra_mlp.{k}.0.linear.bias"])
+        rest = range(1, layers)
+    else:
+        x, rest = u, range(layers)
+    for layer in rest:
+        x = x + F.silu(x @ t[f"hydra_mlp.{k}.{layer}.linear.weight"].T + t[f"hydra_mlp.{k}.{layer}.linear.bias"])
+    return x @ t[f"hydra_lm_head.{k}.weight"].T + t[f"hydra_lm_head.{k}.bias"]
 
 
 def _features(tiny, ids, layers):
@@ -227,6 +269,64 @@ def test_medusa_logits_equal_the_reference_forward(tiny, tmp_path, layers):
                                        atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("grounded,layers,offset", [(True, 2, 0), (True, 1, 0), (False, 2, 0), (True, 2, 2)])
+def test_hydra_logits_equal_the_reference_forward(tiny, tmp_path, grounded, layers, offset):
+    t = write_hydra(tmp_path / "hy", grounded=grounded, layers=layers, offset=offset)
+    drafter = load_published_hydra(tiny, tmp_path / "hy")
+    assert drafter.needs_target_hidden == (-(offset + 1),)
+    embed = tiny.model.get_input_embeddings().weight
+    h = _features(tiny, IDS, (-(offset + 1),))[-1:]
+    chain = [IDS[-1], 40, 41]                # pending x_{t+1}, then draft tokens d_1, d_2
+    state = drafter.root_state(h[0])
+    for k in range(3):
+        with torch.no_grad():
+            state, logits = drafter.expand(state, torch.tensor([chain[k]]), k)
+            u = torch.cat([h, *(embed[c][None] for c in chain[:k + 1])], -1) if grounded else h
+            torch.testing.assert_close(logits, ref_hydra_mlp(t, k, layers, grounded, u), atol=1e-5, rtol=1e-5)
+
+
+def test_hydra_saved_embedding_is_used(tiny, tmp_path):
+    other = torch.randn(V, H, generator=torch.Generator().manual_seed(9))
+    t = write_hydra(tmp_path / "hy", embed=other)
+    drafter = load_published_hydra(tiny, tmp_path / "hy")
+    h = _features(tiny, IDS, (-1,))[-1:]
+    with torch.no_grad():
+        _, logits = drafter.expand(drafter.root_state(h[0]), torch.tensor([IDS[-1]]), 0)
+    want = ref_hydra_mlp(t, 0, 2, True, torch.cat([h, other[IDS[-1]][None]], -1))
+    torch.testing.assert_close(logits, want, atol=1e-5, rtol=1e-5)
+
+
+LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 256}
+
+
+def test_llama3_rope_frequencies_equal_transformers():
+    from transformers.modeling_rope_utils import _compute_llama3_parameters
+    cfg = LlamaConfig(hidden_size=H, num_attention_heads=NH, rope_parameters={**LLAMA3, "rope_theta": 500000.0})
+    want, _ = _compute_llama3_parameters(cfg)
+    got = rope_inv_freq({"rope_theta": 500000.0, "rope_scaling": LLAMA3}, HD, "eagle3")
+    assert torch.equal(got, want.float())
+    plain = 1.0 / (500000.0 ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
+    assert not torch.equal(got, plain) and torch.equal(got[0], plain[0])   # scaled low frequencies only
+
+
+@pytest.mark.parametrize("scaling", [{"type": "linear", "factor": 2.0}, LLAMA3])
+def test_eagle_rope_scaling_is_applied(tiny, tmp_path, scaling):
+    t = write_eagle(tmp_path / "e", config=_draft_config(bias=True, rope_scaling=scaling, rope_theta=5000.0))
+    drafter = load_published_eagle(tiny, tmp_path / "e")
+    inv = 1.0 / (5000.0 ** (torch.arange(0, HD, 2, dtype=torch.float32) / HD))
+    inv = inv / 2.0 if scaling["type" if "type" in scaling else "rope_type"] == "linear" else \
+        rope_inv_freq({"rope_theta": 5000.0, "rope_scaling": scaling}, HD, "eagle")
+    embed, lm = tiny.model.get_input_embeddings().weight, tiny.model.get_output_embeddings().weight
+    feats, nxt = _features(tiny, IDS, (-1,))[:-1], torch.tensor(IDS[1:])
+    with torch.no_grad():
+        _, h = drafter.head.extend(drafter.head.empty_cache(), feats, nxt)
+        torch.testing.assert_close(drafter.head.logits(h), ref_eagle(t, embed, lm, feats, nxt, inv)[1],
+                                   atol=1e-4, rtol=1e-4)
+        plain = ref_eagle(t, embed, lm, feats, nxt)[1]
+    assert (drafter.head.logits(h) - plain).abs().max() > 1e-3          # the scaling changes the logits
+
+
 # ------------------------------------------------------------------ lossless decoding
 def _plain_greedy(model, prompt, n):
     ids, out = torch.tensor([prompt]), []
@@ -240,10 +340,11 @@ def _plain_greedy(model, prompt, n):
 
 PLANS = [FixedDraftPolicy(4), FixedDraftPolicy(6, tree=TreePlan(branching=(3, 2, 1))),
          FixedDraftPolicy(5, tree=TreePlan(top_k=3, max_depth=4, verify_size=10))]
-WRITERS = {"eagle": write_eagle, "eagle3": write_eagle3, "medusa": write_medusa}
+WRITERS = {"eagle": write_eagle, "eagle3": write_eagle3, "medusa": write_medusa, "hydra": write_hydra}
+KINDS = ["eagle", "eagle3", "medusa", "hydra"]
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_speculative_greedy_equals_plain_greedy_chain_and_tree(tiny, tmp_path, kind):
     WRITERS[kind](tmp_path / kind)
     drafter = make_drafter(f"{kind}:{tmp_path / kind}", tiny)
@@ -254,7 +355,7 @@ def test_speculative_greedy_equals_plain_greedy_chain_and_tree(tiny, tmp_path, k
             assert decoder.generate(list(prompt), max_new_tokens=20).new_tokens == want, (kind, policy)
 
 
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_sampling_with_loaded_head_is_reproducible(tiny, tmp_path, kind):
     WRITERS[kind](tmp_path / kind)
     drafter = make_drafter(f"{kind}:{tmp_path / kind}", tiny)
@@ -306,9 +407,32 @@ def test_malformed_checkpoints_are_refused(tiny, tmp_path):
     save_file(bad, str(tmp_path / "y" / "model.safetensors"))
     with pytest.raises(ValueError, match="t2d does not mark"):
         load_published_eagle3(tiny, tmp_path / "y")
-    write_eagle(tmp_path / "r", config=_draft_config(rope_scaling={"type": "linear", "factor": 2.0}))
-    with pytest.raises(ValueError, match="rope_scaling"):
+    write_eagle(tmp_path / "r", config=_draft_config(rope_scaling={"type": "dynamic", "factor": 2.0}))
+    with pytest.raises(ValueError, match="rope_scaling type 'dynamic'.*supported: linear, llama3"):
         load_published_eagle(tiny, tmp_path / "r")
+
+
+@pytest.mark.parametrize("arch", ["prefix-mlp", "cross-attn", "eagle-attn", "lstm"])
+def test_hydra_other_head_architectures_are_refused_by_name(tiny, tmp_path, arch):
+    write_hydra(tmp_path / arch, arch=arch)
+    with pytest.raises(ValueError, match=f"hydra_head_arch '{arch}'.*only 'mlp' heads load"):
+        load_published_hydra(tiny, tmp_path / arch)
+
+
+def test_hydra_mismatches_are_refused(tiny, tmp_path):
+    write_hydra(tmp_path / "v", vocab=300)
+    with pytest.raises(ValueError, match="hydra checkpoint vocabulary 300 does not match the target's 256"):
+        load_published_hydra(tiny, tmp_path / "v")
+    write_hydra(tmp_path / "h", hidden=32)
+    with pytest.raises(ValueError, match="hydra checkpoint hidden size 32 does not match the target's 64"):
+        load_published_hydra(tiny, tmp_path / "h")
+    t = write_hydra(tmp_path / "x")
+    torch.save({**t, "hydra_mlp.0.2.linear.weight": torch.zeros(H, H)}, tmp_path / "x" / "hydra_lm_head.pt")
+    with pytest.raises(ValueError, match="tensors this format does not define: hydra_mlp.0.2.linear.weight"):
+        load_published_hydra(tiny, tmp_path / "x")
+    write_hydra(tmp_path / "o", offset=20)
+    with pytest.raises(ValueError, match="hidden_state_offset 20 is outside"):
+        load_published_hydra(tiny, tmp_path / "o")
 
 
 # ------------------------------------------------------------------ registry
@@ -338,7 +462,7 @@ def test_registry_resolves_an_hf_id_from_the_local_cache_only(tiny, tmp_path, mo
 
 
 # ------------------------------------------------------------------ online training
-@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_loaded_heads_train_online_and_stay_lossless(tiny, tmp_path, kind):
     from specloop.realmodels.online import OnlineAdapter, OnlineConfig, OnlineDrafter
     WRITERS[kind](tmp_path / kind)

@@ -9,7 +9,7 @@ and ignore options it does not know). Built in: ``ngram`` (prompt lookup),
 corpus merged with prompt lookup, `drafters.datastore`; the index is built once and
 cached), ``suffix`` (SuffixDecoding over earlier outputs and the current request,
 `drafters.suffix`), ``hedge:SOURCE,SOURCE,...`` (exponential weights over those sources,
-`drafters.hedge`), ``eagle:PATH`` / ``eagle3:PATH`` / ``medusa:PATH`` (a published
+`drafters.hedge`), ``eagle:PATH`` / ``eagle3:PATH`` / ``medusa:PATH`` / ``hydra:PATH`` (a published
 checkpoint: a local directory or an HF id in the local HF cache,
 `specloop.realmodels.heads.published`) and ``small-lm`` (a separate small LM; option ``model`` = registry name /
 HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
@@ -101,7 +101,7 @@ def make_drafter(name: str, target: Any, **options: Any):
     return make_small_lm_drafter(target, model=name, **options)
 
 
-PUBLISHED_PREFIXES = ("eagle", "eagle3", "medusa")
+PUBLISHED_PREFIXES = ("eagle", "eagle3", "medusa", "hydra")
 
 
 def _published_form(name: str) -> tuple[str, str] | None:

@@ -207,7 +207,12 @@ class EagleHead(nn.Module):
         q = self.q_proj(hx).view(b, t, c.num_heads, c.head_dim).transpose(1, 2)
         k = self.k_proj(hx).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(hx).view(b, t, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        return rotary(q, positions, c.rope_theta), rotary(k, positions, c.rope_theta), v
+        return self.rotate(q, positions), self.rotate(k, positions), v
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The head's rotary embedding of x [..., T, head_dim] at int positions [T]
+        (`rotary` with the config's theta; a subclass may scale the frequencies)."""
+        return rotary(x, positions, self.config.rope_theta)
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual + o_proj of the attention output attn [B, nh, T, hd], then the MLP."""
@@ -365,6 +370,6 @@ class EagleHead(nn.Module):
         q = self.q_proj(hx).view(n, 1, c.num_heads, c.head_dim).transpose(1, 2)
         k = self.k_proj(hx).view(n, 1, c.num_kv_heads, c.head_dim).transpose(1, 2)
         v = self.v_proj(hx).view(n, 1, c.num_kv_heads, c.head_dim).transpose(1, 2)
-        q = rotary(q.transpose(0, 2), positions, c.rope_theta).transpose(0, 2)
-        k = rotary(k.transpose(0, 2), positions, c.rope_theta).transpose(0, 2)
+        q = self.rotate(q.transpose(0, 2), positions).transpose(0, 2)
+        k = self.rotate(k.transpose(0, 2), positions).transpose(0, 2)
         return q, k, v

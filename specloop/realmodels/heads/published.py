@@ -1,4 +1,5 @@
-"""Load published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa) as specloop drafters.
+"""Load published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa; Hydra in
+`specloop.realmodels.heads.published_hydra`) as specloop drafters.
 
 Formats, as read from the reference code (SafeAILab/EAGLE ``eagle/model/cnets1.py``,
 ``cnets.py``, ``ea_model.py``; vLLM ``llama_eagle.py``, ``llama_eagle3.py``,
@@ -31,6 +32,10 @@ Formats, as read from the reference code (SafeAILab/EAGLE ``eagle/model/cnets1.p
   ``[ResBlock(H)] * L``: one block applied L times, so its ``load_state_dict`` leaves
   the block with the last key's tensors (``{k}.{L-1}.linear``); the same is done here.
 
+RoPE: an EAGLE / EAGLE-3 config's ``rope_theta`` and ``rope_scaling`` (``linear``, as
+EAGLE's reference implements it, and ``llama3``, as vLLM does) set the head's rotary
+frequencies (`rope_inv_freq`); other scaling types are refused by name.
+
 The EAGLE heads are `EagleHead` subclasses (so `EagleDrafter` drafts chain and trees,
 greedy and sampling, and online learners train them like specloop's own heads);
 Medusa heads run behind `MedusaDrafter`. Every loader checks the checkpoint against
@@ -40,6 +45,7 @@ the target (hidden size, vocabulary, EAGLE-3 layer indices) and raises a one-lin
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -52,9 +58,9 @@ from specloop.realmodels.heads.eagle_drafter import EagleDrafter
 
 __all__ = ["PublishedEagleHead", "PublishedEagle3Head", "PublishedMedusaHeads", "resolve_checkpoint",
            "load_published_eagle", "load_published_eagle3", "load_published_medusa", "PUBLISHED_KINDS",
-           "make_published_drafter"]
+           "make_published_drafter", "rope_inv_freq"]
 
-PUBLISHED_KINDS = ("eagle", "eagle3", "medusa")
+PUBLISHED_KINDS = ("eagle", "eagle3", "medusa", "hydra")
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
@@ -123,15 +129,75 @@ def _target_shapes(model) -> tuple[int, int, int]:
     return int(lm.shape[1]), int(lm.shape[0]), int(model.config.num_hidden_layers)
 
 
+def _rope_settings(cfg: dict) -> tuple[float, dict]:
+    """(rope_theta, scaling dict or {}) of a checkpoint config: ``rope_scaling``
+    (transformers 4.x files) or ``rope_parameters`` (5.x files)."""
+    params = dict(cfg.get("rope_parameters") or {})
+    theta = float(cfg.get("rope_theta") or params.get("rope_theta") or 10000.0)
+    scaling = dict(cfg.get("rope_scaling") or {}) or params
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    return theta, ({} if rope_type == "default" else {**scaling, "rope_type": rope_type})
+
+
+def rope_inv_freq(cfg: dict, head_dim: int, kind: str) -> torch.Tensor | None:
+    """The rotary frequencies [head_dim / 2] float32 of a checkpoint's ``rope_scaling``,
+    or None for plain RoPE (theta^(-2i/d)). ``linear`` (EAGLE's reference
+    ``LlamaLinearScalingRotaryEmbedding``: positions / factor, i.e. frequencies /
+    factor) and ``llama3`` (Llama 3.1's wavelength-banded scaling, as vLLM and
+    transformers apply it) are implemented.
+
+    Raises:
+        ValueError: any other type (``dynamic`` NTK depends on the sequence length,
+            ``yarn`` / ``longrope`` also rescale attention), named.
+    """
+    theta, scaling = _rope_settings(cfg)
+    if not scaling:
+        return None
+    rope_type = scaling["rope_type"]
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+    factor = float(scaling.get("factor", 1.0))
+    if rope_type == "linear":
+        return inv / factor
+    if rope_type == "llama3":
+        low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+        old_len = float(scaling["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        scaled = torch.where(wavelen > old_len / low, inv / factor, inv)
+        smooth = (old_len / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+        return torch.where(medium, smoothed, scaled)
+    raise ValueError(f"{kind} checkpoint uses rope_scaling type {rope_type!r}, which specloop's head does not "
+                     "implement (supported: linear, llama3)")
+
+
 def _eagle_config(cfg: dict, kind: str, draft_vocab: int, vocab: int, layers: tuple[int, ...]) -> EagleConfig:
-    if cfg.get("rope_scaling"):
-        raise ValueError(f"{kind} checkpoint uses rope_scaling {cfg['rope_scaling']!r}, which specloop's head does "
-                         "not implement (plain rotary embeddings only)")
     hsz, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
     return EagleConfig(kind, hsz, heads, int(cfg.get("num_key_value_heads") or heads),
                        int(cfg.get("head_dim") or hsz // heads), int(cfg["intermediate_size"]),
-                       float(cfg.get("rms_norm_eps", 1e-6)), float(cfg.get("rope_theta", 10000.0)),
+                       float(cfg.get("rms_norm_eps", 1e-6)), _rope_settings(cfg)[0],
                        draft_vocab, vocab, layers)
+
+
+class _ScaledRope:
+    """Mixin for `EagleHead` subclasses: rotary embedding with given frequencies
+    (``rope_inv_freq`` buffer, [head_dim / 2]) when a checkpoint scales RoPE."""
+
+    rope_inv_freq: torch.Tensor | None
+
+    def set_rope(self, inv_freq: torch.Tensor | None) -> None:
+        """Use ``inv_freq`` (None: the plain RoPE of the config's theta)."""
+        self.register_buffer("rope_inv_freq", None if inv_freq is None else inv_freq.float(), persistent=False)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """Rotary embedding of x [..., T, head_dim] at int positions [T] (Llama halves)."""
+        if self.rope_inv_freq is None:
+            return super().rotate(x, positions)
+        ang = positions.to(torch.float32)[:, None] * self.rope_inv_freq.float()[None, :]
+        cos = torch.cat([ang.cos(), ang.cos()], -1).to(x.dtype)
+        sin = torch.cat([ang.sin(), ang.sin()], -1).to(x.dtype)
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], -1) * sin
 
 
 def _load_layer(head: EagleHead, tensors: dict, prefix: str, in_width: int, kind: str) -> None:
@@ -165,7 +231,7 @@ def _with_bias(lin: nn.Linear, bias: bool) -> nn.Linear:
 
 
 # --------------------------------------------------------------------------- EAGLE-1/2
-class PublishedEagleHead(EagleHead):
+class PublishedEagleHead(_ScaledRope, EagleHead):
     """EAGLE-1/2's published head: ``fuse`` = the checkpoint's ``fc`` (bias per the
     config), no norms on the fused halves, no ``input_layernorm``, logits = the
     target's full LM head (V_draft = V_target). Shapes and methods as `EagleHead`.
@@ -177,8 +243,9 @@ class PublishedEagleHead(EagleHead):
     """
 
     def __init__(self, config: EagleConfig, embed_weight: torch.Tensor, lm_weight: torch.Tensor, *,
-                 fc_bias: bool = True, qkv_bias: bool = False) -> None:
+                 fc_bias: bool = True, qkv_bias: bool = False, rope_inv_freq: torch.Tensor | None = None) -> None:
         super().__init__(config, embed_weight, lm_weight)
+        self.set_rope(rope_inv_freq)
         self.norm_emb = nn.Identity()
         self.norm_feat = nn.Identity()
         self.input_norm = nn.Identity()
@@ -194,7 +261,7 @@ def load_published_eagle(target, path: str | Path, *, dtype=None) -> EagleDrafte
     Raises:
         FileNotFoundError: missing config / weights.
         ValueError: hidden size or vocabulary differ from the target's (both named),
-            a layer count other than 1, rope scaling, or tensors of the wrong shape /
+            a layer count other than 1, an unsupported rope_scaling type, or tensors of the wrong shape /
             not in the format.
     """
     kind = "eagle"
@@ -211,7 +278,8 @@ def load_published_eagle(target, path: str | Path, *, dtype=None) -> EagleDrafte
     embed = _embeddings(tensors, target.model, kind)
     lm = target.model.get_output_embeddings().weight.detach().float().cpu()
     head = PublishedEagleHead(config, embed, lm, fc_bias=bool(cfg.get("bias", True)),
-                              qkv_bias=bool(cfg.get("qkv_bias", False)))
+                              qkv_bias=bool(cfg.get("qkv_bias", False)),
+                              rope_inv_freq=rope_inv_freq(cfg, config.head_dim, kind))
     with torch.no_grad():
         head.fuse.weight.copy_(_take(tensors, "fc.weight", (hsz, 2 * hsz), kind))
         if head.fuse.bias is not None:
@@ -245,7 +313,7 @@ class _HalfNorm(nn.Module):
         return torch.cat([x[..., :self.size], self.hidden_norm(x[..., self.size:])], -1)
 
 
-class PublishedEagle3Head(EagleHead):
+class PublishedEagle3Head(_ScaledRope, EagleHead):
     """EAGLE-3's published head. The layer input is x = [input_layernorm(emb(t)); g]
     [..., 2H] (g = fc(features) at step 1, the head's own output after), q/k/v read
     [input_layernorm(emb); hidden_norm(g)] and the residual is g (hidden_norm(g) with
@@ -260,8 +328,10 @@ class PublishedEagle3Head(EagleHead):
     """
 
     def __init__(self, config: EagleConfig, embed_weight: torch.Tensor, lm_weight: torch.Tensor, *,
-                 target_hidden_size: int, norm_before_residual: bool = False) -> None:
+                 target_hidden_size: int, norm_before_residual: bool = False,
+                 rope_inv_freq: torch.Tensor | None = None) -> None:
         super().__init__(config, embed_weight, lm_weight)
+        self.set_rope(rope_inv_freq)
         c = config
         hsz, width = c.hidden_size, 2 * c.hidden_size
         self.fc_feat = nn.Linear(3 * target_hidden_size, hsz, bias=False)
@@ -328,7 +398,8 @@ def load_published_eagle3(target, path: str | Path, *, dtype=None) -> EagleDraft
     Raises:
         FileNotFoundError: missing config / weights.
         ValueError: hidden size, target_hidden_size, vocabulary or layer indices
-            that do not fit the target (both values named), rope scaling, an
+            that do not fit the target (both values named), an unsupported
+            rope_scaling type, an
             inconsistent d2t/t2d, tensors of the wrong shape / not in the format.
     """
     kind = "eagle3"
@@ -346,7 +417,8 @@ def load_published_eagle3(target, path: str | Path, *, dtype=None) -> EagleDraft
     embed = _embeddings(tensors, target.model, kind)
     lm = _take(tensors, "lm_head.weight", (draft_vocab, hsz), kind)
     head = PublishedEagle3Head(config, embed, lm, target_hidden_size=hsz,
-                               norm_before_residual=bool(cfg.get("norm_before_residual", False)))
+                               norm_before_residual=bool(cfg.get("norm_before_residual", False)),
+                               rope_inv_freq=rope_inv_freq(cfg, config.head_dim, kind))
     with torch.no_grad():
         head.fc_feat.weight.copy_(_take(tensors, "fc.weight", (hsz, 3 * hsz), kind))
         for key, norm in (("midlayer.input_layernorm.weight", head.norm_emb),
@@ -457,7 +529,13 @@ def load_published_medusa(target, path: str | Path, *, dtype=None):
 
 
 # --------------------------------------------------------------------------- registry
-_LOADERS = {"eagle": load_published_eagle, "eagle3": load_published_eagle3, "medusa": load_published_medusa}
+def _load_hydra(target, path, *, dtype=None):
+    from specloop.realmodels.heads.published_hydra import load_published_hydra
+    return load_published_hydra(target, path, dtype=dtype)
+
+
+_LOADERS = {"eagle": load_published_eagle, "eagle3": load_published_eagle3, "medusa": load_published_medusa,
+            "hydra": _load_hydra}
 
 
 def make_published_drafter(target, kind: str, path: str, **options):
