@@ -76,13 +76,21 @@ class MethodSpec:
     learner: str | None
 
 
+def _hedge_sources_drafter() -> str:
+    from specloop.realmodels.drafters.hedge import HEDGE_SOURCES_DRAFTER
+    return HEDGE_SOURCES_DRAFTER
+
+
 def _build_methods() -> dict[str, MethodSpec]:
     table = {BASELINE: MethodSpec(BASELINE, "Greedy (no draft)", "", None),
              "vanilla-sd": MethodSpec("vanilla-sd", "Vanilla SD", "small-lm", None),
              "osd": MethodSpec("osd", "OSD", "small-lm", "osd"),
              # a draft that learns from every verified token without a gradient (issue 21):
              # its suffix tries are kept with the stream's state
-             "suffix": MethodSpec("suffix", "SuffixDecoding", "suffix", None)}
+             "suffix": MethodSpec("suffix", "SuffixDecoding", "suffix", None),
+             # Hedge over suffix + n-gram, drafting priced at fixed seconds per proposal so a
+             # resumed run reproduces the records (`drafters.hedge` docstring); state kept too
+             "hedge-sources": MethodSpec("hedge-sources", "Hedge (sources)", _hedge_sources_drafter(), None)}
     for kind, label in _KINDS.items():
         table[kind] = MethodSpec(kind, label, kind, None)
         for prefix, (learner, plabel) in _LEARNERS.items():

@@ -392,3 +392,19 @@ class DelayedFeedback:
         done = self._collect(True)
         self._tokens, self._offset = [], 0
         return done
+
+    def state_dict(self) -> dict:
+        """The pending rounds (id, start, drafts, age) and the request's tokens kept for
+        them, as plain lists (a stream's saved state resumes to the same losses)."""
+        return {"max_delay": self.max_delay, "offset": self._offset, "tokens": list(self._tokens),
+                "rounds": [[r.round_id, r.start, r.age,
+                            [[d.tokens, d.parents, d.draft_seconds] for d in r.drafts]] for r in self._rounds]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` (the loss is the constructor's). Raises ValueError: wrong keys."""
+        check_state_keys(state, {"max_delay", "offset", "tokens", "rounds"}, "DelayedFeedback")
+        self.max_delay, self._offset = int(state["max_delay"]), int(state["offset"])
+        self._tokens = [int(t) for t in state["tokens"]]
+        self._rounds = [_Round(int(rid), int(start), [SourceDraft([int(t) for t in toks], [int(q) for q in pars],
+                                                                  float(sec)) for toks, pars, sec in drafts], int(age))
+                        for rid, start, age, drafts in state["rounds"]]

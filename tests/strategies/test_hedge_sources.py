@@ -240,3 +240,24 @@ def test_delay_term_counts_the_missing_loss_vectors_of_each_round():
     old = HedgeOverSources(2)
     old.load_state_dict(state)
     assert old.delay_term is None and old.regret()["bound"] == loose
+
+
+def test_delayed_feedback_state_round_trip_with_pending_rounds():
+    """A saved DelayedFeedback with censored rounds pending decides them like the original."""
+    import copy
+    loss = ThroughputLoss([1.0, 1.2, 1.5, 2.0])
+    a = DelayedFeedback(loss, max_delay=8)
+    a.add(1, [SourceDraft([5, 6, 7], [-1, 0, 1], 0.01), SourceDraft([9], [-1], 0.0)])
+    assert a.commit([5]) == [] and a.pending == 1               # source 0 censored
+    a.add(2, [SourceDraft([6, 7], [-1, 0], 0.0), SourceDraft([6], [-1], 0.0)])
+    state = copy.deepcopy(a.state_dict())
+    b = DelayedFeedback(loss, max_delay=1)
+    b.load_state_dict(state)
+    assert b.pending == 2 and b.max_delay == 8
+    for tokens in ([6], [7, 3]):
+        got_a, got_b = a.commit(tokens), b.commit(tokens)
+        assert [r for r, _ in got_a] == [r for r, _ in got_b]
+        assert all(np.array_equal(x, y) for (_, x), (_, y) in zip(got_a, got_b))
+    assert a.pending == b.pending == 0
+    with pytest.raises(ValueError, match="lacks keys"):
+        b.load_state_dict({"max_delay": 2})

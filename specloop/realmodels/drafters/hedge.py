@@ -28,10 +28,27 @@ Generator, never the target's random numbers. A source that returns ``q_draft`` 
 needs the target's hidden states (EAGLE-style heads keep a cache of their own drafted
 nodes, which a round they did not propose would corrupt) is refused with ValueError.
 Drafting seconds are measured on the wall clock (so the choice, and a sampled run's
-tokens, vary with the machine's load), or fixed per source with ``draft_seconds``.
+tokens, vary with the machine's load), or fixed per source with ``draft_seconds`` or in
+the name, ``hedge:suffix@160us,ngram@70us`` (``SOURCE@NUMBER`` with unit ``s``, ``ms`` or
+``us``, none = seconds; every source or none).
+
+In a stream (``specloop stream --method hedge-sources``, `HEDGE_SOURCES_DRAFTER`) the
+drafter declares ``keeps_stream_state``: its `state_dict` (Hedge weights and generator,
+the pending delayed-feedback rounds, every source's own state, e.g. the suffix tries) is
+saved with the stream's state after each prompt. That method prices drafting with the
+fixed per-source-kind constants `STREAM_DRAFT_SECONDS`, not the wall clock: a measured
+term makes the Hedge choices, hence the records, depend on the machine's load, so a
+killed and resumed run (or a rerun) would not reproduce the uninterrupted records; a
+table measured once and stored in the state would fix resumes but not reruns or other
+machines. The constants are this machine's measured means per proposal
+(`benchmarks/suffix_cost.py`: suffix 163 us chain / 251 us tree; a loop over
+``NGramDrafter.propose`` on 100-400-token contexts: 70 us); both are well under 1 % of a
+SmolLM2 verify forward (about 60 ms), so a constant's error against the load of the
+moment is far below what the loss resolves.
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Sequence
 
@@ -42,26 +59,52 @@ from specloop.realmodels.drafters.ngram import build_trie
 from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, SourceDraft,
                                                ThroughputLoss, accepted_prefix)
 
-__all__ = ["HedgeDrafter", "parse_hedge_name", "make_hedge_drafter", "greedy_feedback"]
+__all__ = ["HedgeDrafter", "parse_hedge_name", "parse_hedge_sources", "make_hedge_drafter",
+           "greedy_feedback", "STREAM_DRAFT_SECONDS", "HEDGE_SOURCES_DRAFTER"]
 
 PREFIX = "hedge:"
 _MODES = ("choose", "merge")
+_COST = re.compile(r"^(?P<source>.+)@(?P<value>[0-9.]+(?:[eE][-+]?[0-9]+)?)(?P<unit>us|ms|s)?$")
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
+
+#: Fixed seconds per proposal of the stream method's sources (module docstring: why fixed).
+STREAM_DRAFT_SECONDS = {"suffix": 160e-6, "ngram": 70e-6}
+
+#: The drafter of ``specloop stream --method hedge-sources``: Hedge over suffix + n-gram
+#: (the learned-length n-gram is not a registered drafter, so it is not a source here).
+HEDGE_SOURCES_DRAFTER = PREFIX + ",".join(f"{k}@{round(v * 1e6)}us" for k, v in STREAM_DRAFT_SECONDS.items())
 
 
-def parse_hedge_name(name: str) -> list[str]:
-    """``"hedge:suffix,ngram"`` -> ``["suffix", "ngram"]``.
+def parse_hedge_sources(name: str) -> tuple[list[str], list[float] | None]:
+    """``"hedge:suffix@160us,ngram@70us"`` -> (``["suffix", "ngram"]``, [1.6e-4, 7e-5]);
+    without ``@`` costs the seconds are None (measured on the wall clock).
 
     Raises:
-        ValueError: no ``hedge:`` prefix, an empty source, a nested ``hedge:``.
+        ValueError: no ``hedge:`` prefix, an empty source, a nested ``hedge:``, costs
+            for some sources only.
     """
     if not name.startswith(PREFIX):
         raise ValueError(f"not a hedge drafter name (expected 'hedge:SOURCE,SOURCE,...'): {name!r}")
-    sources = [s.strip() for s in name[len(PREFIX):].split(",")]
-    if not sources or any(not s for s in sources):
+    parts = [s.strip() for s in name[len(PREFIX):].split(",")]
+    if not parts or any(not s for s in parts):
         raise ValueError(f"{name!r}: give the sources as 'hedge:SOURCE,SOURCE,...' (none empty)")
-    if any(s.startswith(PREFIX) for s in sources):
+    if any(s.startswith(PREFIX) for s in parts):
         raise ValueError(f"{name!r}: a hedge source cannot itself be a hedge ensemble")
-    return sources
+    found = [_COST.match(p) for p in parts]
+    if any(found) and not all(found):
+        raise ValueError(f"{name!r}: give a fixed cost (SOURCE@SECONDS[s|ms|us]) for every source or for none")
+    if not all(found):
+        return parts, None
+    return [m["source"].strip() for m in found], [float(m["value"]) * _UNITS[m["unit"]] for m in found]
+
+
+def parse_hedge_name(name: str) -> list[str]:
+    """``"hedge:suffix,ngram"`` (or with ``@`` costs) -> ``["suffix", "ngram"]``.
+
+    Raises:
+        ValueError: as `parse_hedge_sources`.
+    """
+    return parse_hedge_sources(name)[0]
 
 
 def greedy_feedback(proposal: DraftProposal, feedback: VerifyFeedback) -> VerifyFeedback:
@@ -111,6 +154,8 @@ class HedgeDrafter(BaseDrafter):
     """
 
     name = "hedge"
+    #: the stream runner saves this drafter's ``state_dict`` with the stream's state
+    keeps_stream_state = True
 
     def __init__(self, sources: Sequence, names: Sequence[str] | None = None, *,
                  verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample",
@@ -214,22 +259,32 @@ class HedgeDrafter(BaseDrafter):
                 "regret": self.hedge.regret()}
 
     def state_dict(self) -> dict:
-        """The Hedge state and each source's ``state_dict`` (None where it has none)."""
+        """The Hedge state, the pending delayed-feedback rounds, the fixed drafting seconds
+        (None = wall clock) and each source's ``state_dict`` (None where it has none)."""
         return {"kind": "hedge", "sources": list(self.names), "hedge": self.hedge.state_dict(),
+                "delayed": self.delayed.state_dict(), "draft_seconds": self.draft_seconds,
                 "chosen_counts": list(self.chosen_counts),
                 "source_states": [s.state_dict() if hasattr(s, "state_dict") else None for s in self.sources]}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore `state_dict` (pending rounds of an open request are not saved).
+        """Restore `state_dict`. A state without the pending rounds (``delayed``, older
+        files) drops them, as before.
 
         Raises:
-            ValueError: not a hedge state, or other sources."""
+            ValueError: not a hedge state, other sources or other fixed drafting seconds."""
         if not isinstance(state, dict) or state.get("kind") != "hedge":
             raise ValueError("not a HedgeDrafter state (expected {'kind': 'hedge', ...})")
         if list(state["sources"]) != self.names:
             raise ValueError(f"saved hedge state has sources {state['sources']}, this drafter {self.names}")
+        if "draft_seconds" in state and state["draft_seconds"] != self.draft_seconds:
+            raise ValueError(f"saved hedge state prices drafting at {state['draft_seconds']} s per proposal, "
+                             f"this drafter at {self.draft_seconds}")
         self.hedge.load_state_dict(state["hedge"])
-        self.hedge._played.clear()
+        if state.get("delayed") is not None:
+            self.delayed.load_state_dict(state["delayed"])
+        else:
+            self.hedge._played.clear()
+            self.delayed.end_request()
         self.chosen_counts = list(state["chosen_counts"])
         for src, sub in zip(self.sources, state["source_states"]):
             if sub is not None and hasattr(src, "load_state_dict"):
@@ -249,10 +304,14 @@ def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
     ``hedge_max_delay``, ``hedge_max_nodes``, ``hedge_seed``; ``verify_cost`` (a table) or ``dtype`` (the
     shipped SmolLM2 / CPU table) prices verification."""
     from specloop.realmodels.drafters.suffix import shipped_verify_cost
-    names = parse_hedge_name(name)
+    names, fixed = parse_hedge_sources(name)
     sources = [build(n, target, **options) for n in names]
     cost = options.get("verify_cost")
     if cost is None or isinstance(cost, str):
         cost = shipped_verify_cost(str(options.get("dtype") or "float32"))
     kwargs = {key: options[opt] for opt, key in _OPTIONS.items() if options.get(opt) is not None}
+    if fixed is not None:
+        if kwargs.get("draft_seconds") is not None:
+            raise ValueError(f"{name!r} fixes the drafting seconds in the name; do not also pass hedge_draft_seconds")
+        kwargs["draft_seconds"] = fixed
     return HedgeDrafter(sources, names, verify_cost=cost, **kwargs)
