@@ -44,7 +44,6 @@ the target (hidden size, vocabulary, EAGLE-3 layer indices) and raises a one-lin
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -55,80 +54,15 @@ from torch import nn
 from specloop.realmodels.heads.common import ReducedVocab
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead, RMSNorm
 from specloop.realmodels.heads.eagle_drafter import EagleDrafter
+from specloop.realmodels.heads.published_files import (IdentityVocab, no_leftovers, read_config,
+                                                       read_tensors, require_equal, take, target_shapes,
+                                                       resolve_checkpoint)
 
 __all__ = ["PublishedEagleHead", "PublishedEagle3Head", "PublishedMedusaHeads", "resolve_checkpoint",
            "load_published_eagle", "load_published_eagle3", "load_published_medusa", "PUBLISHED_KINDS",
            "make_published_drafter", "rope_inv_freq"]
 
 PUBLISHED_KINDS = ("eagle", "eagle3", "medusa", "hydra")
-_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
-
-
-# --------------------------------------------------------------------------- files
-def resolve_checkpoint(path: str, kind: str) -> Path:
-    """A checkpoint directory: ``path`` itself when it is a local directory, else the
-    snapshot of HF repo id ``path`` already in the local HF cache (nothing is
-    downloaded: ``snapshot_download(local_files_only=True)``).
-
-    Raises:
-        FileNotFoundError: neither a local directory nor a cached HF repo.
-    """
-    local = Path(path).expanduser()
-    if local.is_dir():
-        return local
-    try:
-        from huggingface_hub import snapshot_download
-        return Path(snapshot_download(str(path), local_files_only=True))
-    except Exception as exc:      # not an id, or not in the cache
-        raise FileNotFoundError(f"{kind} checkpoint {path!r} is neither a local directory nor an HF repo in the "
-                                f"local HF cache ({type(exc).__name__})") from None
-
-
-def _read_config(folder: Path, kind: str) -> dict:
-    cfg = folder / "config.json"
-    if not cfg.is_file():
-        raise FileNotFoundError(f"{kind} checkpoint {folder} has no config.json")
-    return json.loads(cfg.read_text(encoding="utf-8"))
-
-
-def _read_tensors(folder: Path, kind: str, names: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    for name in names:
-        file = folder / name
-        if file.is_file():
-            if name.endswith(".safetensors"):
-                from safetensors.torch import load_file
-                tensors = load_file(str(file))
-            else:
-                tensors = torch.load(str(file), map_location="cpu", weights_only=True)
-            return {k: v for k, v in tensors.items() if not k.endswith(_IGNORED_SUFFIXES)}
-    raise FileNotFoundError(f"{kind} checkpoint {folder} has none of {', '.join(names)}")
-
-
-def _take(tensors: dict[str, torch.Tensor], key: str, shape: tuple[int, ...], kind: str) -> torch.Tensor:
-    if key not in tensors:
-        raise ValueError(f"{kind} checkpoint lacks {key!r}")
-    value = tensors.pop(key)
-    if tuple(value.shape) != tuple(shape):
-        raise ValueError(f"{kind} checkpoint's {key} has shape {tuple(value.shape)}, expected {tuple(shape)}")
-    return value.float() if value.is_floating_point() else value
-
-
-def _no_leftovers(tensors: dict[str, torch.Tensor], kind: str) -> None:
-    if tensors:
-        raise ValueError(f"{kind} checkpoint has tensors this format does not define: {', '.join(sorted(tensors))}")
-
-
-def _require_equal(what: str, ckpt, target, kind: str) -> None:
-    if ckpt != target:
-        raise ValueError(f"{kind} checkpoint {what} {ckpt} does not match the target's {target}")
-
-
-def _target_shapes(model) -> tuple[int, int, int]:
-    """(hidden size, vocabulary, layer count) of a transformers causal LM."""
-    lm = model.get_output_embeddings().weight
-    return int(lm.shape[1]), int(lm.shape[0]), int(model.config.num_hidden_layers)
-
-
 def _rope_settings(cfg: dict) -> tuple[float, dict]:
     """(rope_theta, scaling dict or {}) of a checkpoint config: ``rope_scaling``
     (transformers 4.x files) or ``rope_parameters`` (5.x files)."""
@@ -211,10 +145,10 @@ def _load_layer(head: EagleHead, tensors: dict, prefix: str, in_width: int, kind
     with torch.no_grad():
         for name, shape in shapes.items():
             lin = getattr(head, name.split(".")[1])
-            lin.weight.copy_(_take(tensors, f"{prefix}{name}.weight", shape, kind))
+            lin.weight.copy_(take(tensors, f"{prefix}{name}.weight", shape, kind))
             if lin.bias is not None:
-                lin.bias.copy_(_take(tensors, f"{prefix}{name}.bias", shape[:1], kind))
-        head.post_norm.weight.copy_(_take(tensors, f"{prefix}post_attention_layernorm.weight", (c.hidden_size,), kind))
+                lin.bias.copy_(take(tensors, f"{prefix}{name}.bias", shape[:1], kind))
+        head.post_norm.weight.copy_(take(tensors, f"{prefix}post_attention_layernorm.weight", (c.hidden_size,), kind))
 
 
 def _embeddings(tensors: dict, model, kind: str) -> torch.Tensor:
@@ -222,7 +156,7 @@ def _embeddings(tensors: dict, model, kind: str) -> torch.Tensor:
     in the reference loaders), else the target's input embeddings."""
     target = model.get_input_embeddings().weight.detach().float().cpu()
     if "embed_tokens.weight" in tensors:
-        return _take(tensors, "embed_tokens.weight", tuple(target.shape), kind)
+        return take(tensors, "embed_tokens.weight", tuple(target.shape), kind)
     return target
 
 
@@ -266,12 +200,12 @@ def load_published_eagle(target, path: str | Path, *, dtype=None) -> EagleDrafte
     """
     kind = "eagle"
     folder = resolve_checkpoint(str(path), kind)
-    cfg = _read_config(folder, kind)
-    tensors = _read_tensors(folder, kind, ("model.safetensors", "pytorch_model.bin"))
-    hsz, vocab, _ = _target_shapes(target.model)
-    _require_equal("hidden_size", int(cfg["hidden_size"]), hsz, kind)
-    _require_equal("vocab_size", int(cfg["vocab_size"]), vocab, kind)
-    _require_equal("num_hidden_layers", int(cfg.get("num_hidden_layers", 1)), 1, kind)
+    cfg = read_config(folder, kind)
+    tensors = read_tensors(folder, kind, ("model.safetensors", "pytorch_model.bin"))
+    hsz, vocab, _ = target_shapes(target.model)
+    require_equal("hidden_size", int(cfg["hidden_size"]), hsz, kind)
+    require_equal("vocab_size", int(cfg["vocab_size"]), vocab, kind)
+    require_equal("num_hidden_layers", int(cfg.get("num_hidden_layers", 1)), 1, kind)
     if any(k.startswith("layers.0.input_layernorm") for k in tensors):
         raise ValueError("eagle checkpoint has layers.0.input_layernorm, which EAGLE-1/2's first layer does not have")
     config = _eagle_config(cfg, kind, vocab, vocab, (-1,))
@@ -281,11 +215,11 @@ def load_published_eagle(target, path: str | Path, *, dtype=None) -> EagleDrafte
                               qkv_bias=bool(cfg.get("qkv_bias", False)),
                               rope_inv_freq=rope_inv_freq(cfg, config.head_dim, kind))
     with torch.no_grad():
-        head.fuse.weight.copy_(_take(tensors, "fc.weight", (hsz, 2 * hsz), kind))
+        head.fuse.weight.copy_(take(tensors, "fc.weight", (hsz, 2 * hsz), kind))
         if head.fuse.bias is not None:
-            head.fuse.bias.copy_(_take(tensors, "fc.bias", (hsz,), kind))
+            head.fuse.bias.copy_(take(tensors, "fc.bias", (hsz,), kind))
     _load_layer(head, tensors, "layers.0.", hsz, kind)
-    _no_leftovers(tensors, kind)
+    no_leftovers(tensors, kind)
     return _eagle_drafter(head, ReducedVocab(torch.arange(vocab), vocab), "eagle", target, dtype, folder)
 
 
@@ -380,11 +314,11 @@ def _eagle3_vocab(tensors: dict, draft_vocab: int, vocab: int) -> ReducedVocab:
             raise ValueError(f"eagle3 checkpoint has draft_vocab_size {draft_vocab} < vocab_size {vocab} but no d2t")
         tensors.pop("t2d", None)
         return ReducedVocab(torch.arange(vocab), vocab)
-    d2t = torch.arange(draft_vocab) + _take(tensors, "d2t", (draft_vocab,), "eagle3").long()
+    d2t = torch.arange(draft_vocab) + take(tensors, "d2t", (draft_vocab,), "eagle3").long()
     if int(d2t.min()) < 0 or int(d2t.max()) >= vocab or torch.unique(d2t).numel() != draft_vocab:
         raise ValueError(f"eagle3 checkpoint's d2t maps draft ids outside [0, {vocab}) or onto repeated target ids")
     if "t2d" in tensors:
-        t2d = _take(tensors, "t2d", (vocab,), "eagle3").bool()
+        t2d = take(tensors, "t2d", (vocab,), "eagle3").bool()
         marked = torch.zeros(vocab, dtype=torch.bool)
         marked[d2t] = True
         if not torch.equal(t2d, marked):
@@ -404,55 +338,32 @@ def load_published_eagle3(target, path: str | Path, *, dtype=None) -> EagleDraft
     """
     kind = "eagle3"
     folder = resolve_checkpoint(str(path), kind)
-    cfg = _read_config(folder, kind)
-    tensors = _read_tensors(folder, kind, ("model.safetensors", "pytorch_model.bin"))
-    hsz, vocab, layers = _target_shapes(target.model)
-    _require_equal("hidden_size", int(cfg["hidden_size"]), hsz, kind)
-    _require_equal("target_hidden_size", int(cfg.get("target_hidden_size") or cfg["hidden_size"]), hsz, kind)
-    _require_equal("vocab_size", int(cfg["vocab_size"]), vocab, kind)
+    cfg = read_config(folder, kind)
+    tensors = read_tensors(folder, kind, ("model.safetensors", "pytorch_model.bin"))
+    hsz, vocab, layers = target_shapes(target.model)
+    require_equal("hidden_size", int(cfg["hidden_size"]), hsz, kind)
+    require_equal("target_hidden_size", int(cfg.get("target_hidden_size") or cfg["hidden_size"]), hsz, kind)
+    require_equal("vocab_size", int(cfg["vocab_size"]), vocab, kind)
     ids = eagle3_layer_ids(cfg, layers)
     draft_vocab = int(cfg.get("draft_vocab_size") or vocab)
     reduced = _eagle3_vocab(tensors, draft_vocab, vocab)
     config = _eagle_config(cfg, kind, draft_vocab, vocab, ids)
     embed = _embeddings(tensors, target.model, kind)
-    lm = _take(tensors, "lm_head.weight", (draft_vocab, hsz), kind)
+    lm = take(tensors, "lm_head.weight", (draft_vocab, hsz), kind)
     head = PublishedEagle3Head(config, embed, lm, target_hidden_size=hsz,
                                norm_before_residual=bool(cfg.get("norm_before_residual", False)),
                                rope_inv_freq=rope_inv_freq(cfg, config.head_dim, kind))
     with torch.no_grad():
-        head.fc_feat.weight.copy_(_take(tensors, "fc.weight", (hsz, 3 * hsz), kind))
+        head.fc_feat.weight.copy_(take(tensors, "fc.weight", (hsz, 3 * hsz), kind))
         for key, norm in (("midlayer.input_layernorm.weight", head.norm_emb),
                           ("midlayer.hidden_norm.weight", head.input_norm.hidden_norm), ("norm.weight", head.out_norm)):
-            norm.weight.copy_(_take(tensors, key, (hsz,), kind))
+            norm.weight.copy_(take(tensors, key, (hsz,), kind))
     _load_layer(head, tensors, "midlayer.", 2 * hsz, kind)
-    _no_leftovers(tensors, kind)
+    no_leftovers(tensors, kind)
     return _eagle_drafter(head, reduced, "eagle3", target, dtype, folder)
 
 
 # --------------------------------------------------------------------------- Medusa
-class _IdentityVocab(nn.Module):
-    """The full vocabulary seen as a 'reduced' one (draft id = target id), with the
-    ``proj`` the head drafters read the heads' dtype and device from."""
-
-    def __init__(self, vocab: int, proj: nn.Linear) -> None:
-        super().__init__()
-        self.register_buffer("draft_to_target", torch.arange(vocab))
-        self.register_buffer("target_to_draft", torch.arange(vocab))
-        self.proj = proj
-
-    @property
-    def draft_vocab_size(self) -> int:
-        return int(self.draft_to_target.numel())
-
-    @property
-    def target_vocab_size(self) -> int:
-        return int(self.target_to_draft.numel())
-
-    def to_target_probs(self, q: torch.Tensor) -> torch.Tensor:
-        """(..., V) rows are already in the target vocabulary."""
-        return q
-
-
 class PublishedMedusaHeads(nn.Module):
     """K published Medusa heads: head k = (x + SiLU(W_k x + b_k)) applied L times
     (one tied block, as the reference builds it), then its own ``Linear(H, V)``.
@@ -469,7 +380,7 @@ class PublishedMedusaHeads(nn.Module):
                                       target_vocab_size=vocab)
         self.blocks = nn.ModuleList(nn.Linear(hidden_size, hidden_size) for _ in range(num_heads))
         self.outs = nn.ModuleList(nn.Linear(hidden_size, vocab, bias=False) for _ in range(num_heads))
-        self.lm_head = _IdentityVocab(vocab, self.outs[0])
+        self.lm_head = IdentityVocab(vocab, self.outs[0])
 
     def head_logits(self, h: torch.Tensor, depth: int) -> torch.Tensor:
         """(B, H) features -> (B, V) logits of head ``depth`` (0-based).
@@ -500,25 +411,25 @@ def load_published_medusa(target, path: str | Path, *, dtype=None):
     from specloop.realmodels.heads.head_drafting import MedusaDrafter
     kind = "medusa"
     folder = resolve_checkpoint(str(path), kind)
-    cfg = _read_config(folder, kind)
-    tensors = _read_tensors(folder, kind, ("medusa_lm_head.pt", "medusa_lm_head.safetensors"))
-    hsz, vocab, _ = _target_shapes(target.model)
+    cfg = read_config(folder, kind)
+    tensors = read_tensors(folder, kind, ("medusa_lm_head.pt", "medusa_lm_head.safetensors"))
+    hsz, vocab, _ = target_shapes(target.model)
     num_heads, num_layers = int(cfg.get("medusa_num_heads", 0)), int(cfg.get("medusa_num_layers", 1))
     if num_heads < 1 or num_layers < 1:
         raise ValueError(f"medusa config needs medusa_num_heads >= 1 and medusa_num_layers >= 1, got "
                          f"{num_heads} and {num_layers}")
     if "0.0.linear.weight" in tensors:
-        _require_equal("hidden size", int(tensors["0.0.linear.weight"].shape[0]), hsz, kind)
+        require_equal("hidden size", int(tensors["0.0.linear.weight"].shape[0]), hsz, kind)
     if f"0.{num_layers}.weight" in tensors:
-        _require_equal("vocabulary", int(tensors[f"0.{num_layers}.weight"].shape[0]), vocab, kind)
+        require_equal("vocabulary", int(tensors[f"0.{num_layers}.weight"].shape[0]), vocab, kind)
     heads = PublishedMedusaHeads(num_heads, num_layers, hsz, vocab)
     with torch.no_grad():
         for k in range(num_heads):
             for layer in range(num_layers):     # tied block: the last layer's tensors win, as in the reference
-                heads.blocks[k].weight.copy_(_take(tensors, f"{k}.{layer}.linear.weight", (hsz, hsz), kind))
-                heads.blocks[k].bias.copy_(_take(tensors, f"{k}.{layer}.linear.bias", (hsz,), kind))
-            heads.outs[k].weight.copy_(_take(tensors, f"{k}.{num_layers}.weight", (vocab, hsz), kind))
-    _no_leftovers(tensors, kind)
+                heads.blocks[k].weight.copy_(take(tensors, f"{k}.{layer}.linear.weight", (hsz, hsz), kind))
+                heads.blocks[k].bias.copy_(take(tensors, f"{k}.{layer}.linear.bias", (hsz,), kind))
+            heads.outs[k].weight.copy_(take(tensors, f"{k}.{num_layers}.weight", (vocab, hsz), kind))
+    no_leftovers(tensors, kind)
     heads = heads.to(next(target.model.parameters()).device)
     if dtype is not None:
         from specloop.realmodels.loading import resolve_dtype

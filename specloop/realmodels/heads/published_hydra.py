@@ -37,8 +37,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specloop.realmodels.heads.head_drafting import FeatureHeadDrafter
-from specloop.realmodels.heads.published import (_IdentityVocab, _no_leftovers, _read_config, _read_tensors,
-                                                 _require_equal, _take, _target_shapes, resolve_checkpoint)
+from specloop.realmodels.heads.published_files import (IdentityVocab, no_leftovers, read_config, read_tensors,
+                                                       require_equal, take, target_shapes, resolve_checkpoint)
 
 __all__ = ["PublishedHydraHeads", "PublishedHydraDrafter", "load_published_hydra", "HYDRA_ARCHS_REFUSED"]
 
@@ -74,7 +74,7 @@ class PublishedHydraHeads(nn.Module):
             else None
         self.outs = nn.ModuleList(nn.Linear(hsz, vocab) for _ in range(num_heads))
         self.register_buffer("embed_weight", embed_weight.detach().clone(), persistent=False)
-        self.lm_head = _IdentityVocab(vocab, self.outs[0])
+        self.lm_head = IdentityVocab(vocab, self.outs[0])
 
     def head_features(self, u: torch.Tensor, depth: int) -> torch.Tensor:
         """Head ``depth``'s MLP on its input u: (B, (depth+2) H) grounded, (B, H) not
@@ -154,8 +154,8 @@ def _hydra_settings(cfg: dict, num_target_layers: int) -> tuple[int, int, bool, 
 
 def _copy_linear(lin: nn.Linear, tensors: dict, prefix: str) -> None:
     out_f, in_f = lin.weight.shape
-    lin.weight.copy_(_take(tensors, f"{prefix}.weight", (out_f, in_f), "hydra"))
-    lin.bias.copy_(_take(tensors, f"{prefix}.bias", (out_f,), "hydra"))
+    lin.weight.copy_(take(tensors, f"{prefix}.weight", (out_f, in_f), "hydra"))
+    lin.bias.copy_(take(tensors, f"{prefix}.bias", (out_f,), "hydra"))
 
 
 def load_published_hydra(target, path: str | Path, *, dtype=None) -> PublishedHydraDrafter:
@@ -170,16 +170,16 @@ def load_published_hydra(target, path: str | Path, *, dtype=None) -> PublishedHy
     """
     kind = "hydra"
     folder = resolve_checkpoint(str(path), kind)
-    cfg = _read_config(folder, kind)
-    hsz, vocab, layers = _target_shapes(target.model)
+    cfg = read_config(folder, kind)
+    hsz, vocab, layers = target_shapes(target.model)
     num_heads, num_layers, grounded, offset = _hydra_settings(cfg, layers)
-    tensors = _read_tensors(folder, kind, ("hydra_lm_head.pt", "hydra_lm_head.safetensors"))
+    tensors = read_tensors(folder, kind, ("hydra_lm_head.pt", "hydra_lm_head.safetensors"))
     if "hydra_lm_head.0.weight" in tensors:
-        _require_equal("hidden size", int(tensors["hydra_lm_head.0.weight"].shape[1]), hsz, kind)
-        _require_equal("vocabulary", int(tensors["hydra_lm_head.0.weight"].shape[0]), vocab, kind)
+        require_equal("hidden size", int(tensors["hydra_lm_head.0.weight"].shape[1]), hsz, kind)
+        require_equal("vocabulary", int(tensors["hydra_lm_head.0.weight"].shape[0]), vocab, kind)
     embed = target.model.get_input_embeddings().weight.detach().float().cpu()
     if "input_embed_fn.weight" in tensors:
-        embed = _take(tensors, "input_embed_fn.weight", tuple(embed.shape), kind)
+        embed = take(tensors, "input_embed_fn.weight", tuple(embed.shape), kind)
     heads = PublishedHydraHeads(num_heads, num_layers, hsz, vocab, grounded=grounded, embed_weight=embed)
     with torch.no_grad():
         for k in range(num_heads):
@@ -192,7 +192,7 @@ def load_published_hydra(target, path: str | Path, *, dtype=None) -> PublishedHy
                 for layer in range(num_layers):
                     _copy_linear(heads.first[k], tensors, f"hydra_mlp.{k}.{layer}.linear")
             _copy_linear(heads.outs[k], tensors, f"hydra_lm_head.{k}")
-    _no_leftovers(tensors, kind)
+    no_leftovers(tensors, kind)
     heads = heads.to(next(target.model.parameters()).device)
     if dtype is not None:
         from specloop.realmodels.loading import resolve_dtype
