@@ -196,9 +196,11 @@ def _spec_step(who: Participant, prefix: list[int], config: LookaheadConfig):
     cut at the step's end: (StepOutput, committed tokens, rounds)."""
     from specloop.realmodels.decoder import SpeculativeDecoder
     from specloop.realmodels.drafters.ngram import NGramDrafter
+    from specloop.realmodels.loading import LoadedModel
     from specloop.realmodels.policy import FixedDraftPolicy
     from specloop.strategies.engine import drive_round
-    decoder = SpeculativeDecoder(who.model, NGramDrafter(), policy=FixedDraftPolicy(config.spec_draft_tokens),
+    # the decoder reads ``.model`` of what it is given: wrap the causal LM (its own ``.model`` is the trunk)
+    decoder = SpeculativeDecoder(LoadedModel(who.model, who.tokenizer, "target", ""), NGramDrafter(), policy=FixedDraftPolicy(config.spec_draft_tokens),
                                  eos_token_id=sorted(who.eos_ids))
     session = decoder.session(prefix, config.rule.max_step_tokens)
     while not session.done:

