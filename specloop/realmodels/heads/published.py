@@ -220,6 +220,7 @@ def load_published_eagle(target, path: str | Path, *, dtype=None) -> EagleDrafte
             head.fuse.bias.copy_(take(tensors, "fc.bias", (hsz,), kind))
     _load_layer(head, tensors, "layers.0.", hsz, kind)
     no_leftovers(tensors, kind)
+    head.published_config = dict(cfg)          # what `published_export` writes back
     return _eagle_drafter(head, ReducedVocab(torch.arange(vocab), vocab), "eagle", target, dtype, folder)
 
 
@@ -360,6 +361,7 @@ def load_published_eagle3(target, path: str | Path, *, dtype=None) -> EagleDraft
             norm.weight.copy_(take(tensors, key, (hsz,), kind))
     _load_layer(head, tensors, "midlayer.", 2 * hsz, kind)
     no_leftovers(tensors, kind)
+    head.published_config = dict(cfg)
     return _eagle_drafter(head, reduced, "eagle3", target, dtype, folder)
 
 
@@ -430,6 +432,7 @@ def load_published_medusa(target, path: str | Path, *, dtype=None):
                 heads.blocks[k].bias.copy_(take(tensors, f"{k}.{layer}.linear.bias", (hsz,), kind))
             heads.outs[k].weight.copy_(take(tensors, f"{k}.{num_layers}.weight", (vocab, hsz), kind))
     no_leftovers(tensors, kind)
+    heads.published_config = dict(cfg)
     heads = heads.to(next(target.model.parameters()).device)
     if dtype is not None:
         from specloop.realmodels.loading import resolve_dtype
