@@ -30,7 +30,8 @@ OBJECTIVES = ("dpo", "distill")
 
 
 def sequence_logprob(model, prompt_ids, response_ids) -> torch.Tensor:
-    """log pi(y | x) = sum_i log p(y_i | x, y_<i) (float32 scalar, differentiable).
+    """log pi(y | x) = sum_i log p(y_i | x, y_<i) (scalar, float32 or float64 for a
+    float64 model; differentiable).
 
     Args:
         model: causal LM.
@@ -43,7 +44,8 @@ def sequence_logprob(model, prompt_ids, response_ids) -> torch.Tensor:
         raise ValueError("sequence_logprob needs a non-empty prompt and response")
     device = next(model.parameters()).device
     ids = torch.tensor(list(prompt_ids) + list(response_ids), dtype=torch.long, device=device)[None]
-    logits = model(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1: -1].float()
+    logits = model(input_ids=ids, use_cache=False).logits[0, len(prompt_ids) - 1: -1]
+    logits = logits if logits.dtype == torch.float64 else logits.float()     # bf16 / fp16 -> float32
     target = ids[0, len(prompt_ids):]
     return torch.log_softmax(logits, dim=-1).gather(-1, target[:, None]).sum()
 

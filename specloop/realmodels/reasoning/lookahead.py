@@ -332,7 +332,8 @@ def generate_alone(who: Participant, config: LookaheadConfig, *, count_with: Par
         side.commit(list(step.ids))
         count = len(step.ids) if counter is who else len(counter.encode(step.text))
         budget.add(step.text, "target" if counter is who else "draft", count, step.eos)
-        own = counter is who
-        rounds.append(StepRound(0, 0, own, [], 0.0 if own else seconds, seconds if own else 0.0, 0.0))
+        own = counter is who      # the target's own step, or a draft step taken as it is
+        rounds.append(StepRound(0 if own else 1, 0 if own else 1, own, [], 0.0 if own else seconds,
+                                seconds if own else 0.0, 0.0))
     return ReasoningResult("".join(s for s, _ in budget.steps), budget.steps, rounds, budget.tokens,
                            budget.stop)

@@ -100,7 +100,7 @@ def format_prompt(tokenizer, text: str) -> str:
 def extract_code(text: str) -> str:
     """The first fenced code block of ``text`` (an unclosed one runs to the end),
     or the whole text when it has no fence."""
-    match = re.search(r"```[a-zA-Z0-9_+-]*\n(.*?)(```|$)", text, re.S)
+    match = re.search(r"```[a-zA-Z0-9_+-]*\n(.*?)(```|\Z)", text, re.S)
     return match.group(1) if match else text
 
 

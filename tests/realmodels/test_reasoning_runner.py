@@ -1,0 +1,96 @@
+"""The reasoning runner: a killed run resumes to the uninterrupted records (online
+draft updates included), summaries and speedups, refusals, CLI bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specloop.realmodels.reasoning.judge import ExactMatchJudge
+from specloop.realmodels.reasoning.runner import (ReasonConfig, ReasonRunner, add_speedups, read_records,
+                                                  resolve_methods)
+from specloop.realmodels.reasoning.tasks import TaskItem
+from tests.realmodels.reasoning_util import target_and_draft
+
+CONFIG = ReasonConfig(chunk=2, num_draft_steps=2, max_new_tokens=12, max_step_tokens=6, lr=3e-2, epochs=2,
+                      batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return target_and_draft()
+
+
+def _items(n=4):
+    return [TaskItem("arith", f"t{i}", f"Add {i} and {i + 2}.", str(2 * i + 2)) for i in range(n)]
+
+
+def _runner(models, out, items=None, config=CONFIG):
+    target, draft = models
+    return ReasonRunner(target, draft, items or _items(), out, config, judge=ExactMatchJudge(),
+                        scorer=lambda item, text: float(item.answer in text))
+
+
+def _comparable(path):
+    return [{k: v for k, v in r.items() if k != "timing"} for r in read_records(path)]
+
+
+@pytest.mark.parametrize("method", ["online-lr", "osd-lr"])
+def test_killed_run_resumes_to_identical_records(models, tmp_path, method):
+    full = _runner(models, tmp_path / "full").run_method(method)
+    part = _runner(models, tmp_path / "resumed").run_method(method, stop_after=3)
+    assert part["prompts"] == 3
+    records = tmp_path / "resumed" / method / "records.jsonl"
+    # killed inside prompt 3 after its record was written but before the state was saved, mid-line
+    extra = read_records(tmp_path / "full" / method / "records.jsonl")[3]
+    with open(records, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(extra) + "\n" + json.dumps(extra)[:30])
+    resumed = _runner(models, tmp_path / "resumed").run_method(method)
+    assert _comparable(records) == _comparable(tmp_path / "full" / method / "records.jsonl")
+    assert [r["index"] for r in read_records(records)] == list(range(4))
+    assert resumed["prompts"] == full["prompts"] == 4
+    assert [c["update"]["pairs"] for c in full["per_chunk"][:2]] == \
+        [c["update"]["pairs"] for c in resumed["per_chunk"][:2]]
+
+
+def test_updates_change_the_draft_and_frozen_lr_does_not(models, tmp_path):
+    runner = _runner(models, tmp_path)
+    frozen = runner.run_method("lr")
+    online = runner.run_method("online-lr")
+    assert frozen["update_seconds"] == 0.0 and online["per_chunk"][0]["update"]["pairs"] > 0
+    before = _comparable(tmp_path / "lr" / "records.jsonl")
+    after = _comparable(tmp_path / "online-lr" / "records.jsonl")
+    # the draft's proposals (the judged pairs): the same draft in chunk 0, the updated one after it
+    assert [r["judged"] for r in before[:2]] == [r["judged"] for r in after[:2]]
+    assert [r["judged"] for r in before[2:]] != [r["judged"] for r in after[2:]]
+    # the runner copied the draft: the loaded one is untouched (a second frozen run is identical)
+    again = _runner(models, tmp_path / "again").run_method("lr")
+    assert _comparable(tmp_path / "again" / "lr" / "records.jsonl") == before
+    assert again["avg_accepted_steps"] == frozen["avg_accepted_steps"]
+
+
+def test_summaries_speedups_and_refusals(models, tmp_path):
+    runner = _runner(models, tmp_path, _items(3))
+    summaries = {m: runner.run_method(m) for m in ("target", "draft", "lr")}
+    add_speedups(summaries)
+    assert summaries["target"]["speedup"] == pytest.approx(1.0)
+    assert summaries["target"]["avg_accepted_steps"] == 1.0 and summaries["draft"]["avg_accepted_steps"] == 1.0
+    lr = summaries["lr"]
+    assert lr["avg_accepted_steps"] >= 1.0 and lr["mean_accepted_length"] is None
+    assert set(lr["tasks"]) == {"arith"} and lr["accuracy"] is not None
+    assert [c["chunk"] for c in lr["per_chunk"]] == [0, 1] and lr["per_chunk"][0]["prompts"] == 2
+    with pytest.raises(ValueError, match="unknown method"):
+        resolve_methods("lr,turbo")
+    with pytest.raises(ValueError, match="other settings"):
+        _runner(models, tmp_path, _items(3), ReasonConfig(chunk=3, max_new_tokens=12)).run_method("lr")
+    with pytest.raises(ValueError, match="needs a judge"):
+        ReasonRunner(*models, _items(2), tmp_path / "x", CONFIG).run_method("lr")
+
+
+@pytest.mark.parametrize("argv", [["--prompts", "0"], ["--tasks", "gsm9k"], ["--method", "lr,x"],
+                                  ["--gamma", "0"], ["--lr", "-1"]])
+def test_cli_bad_input_exits_2(argv, capsys):
+    from specloop.cli import main
+    assert main(["reason", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("specloop: error:")
