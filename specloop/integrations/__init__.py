@@ -1,0 +1,4 @@
+"""Adapters that run specloop inside other engines: transformers' ``generate``
+(`specloop.integrations.hf`) and vLLM's ``custom_class`` speculative method
+(`specloop.integrations.vllm`). This package may import `specloop.realmodels`;
+nothing else in specloop imports it."""
