@@ -214,8 +214,9 @@ class SmallLMDraftDrafter:
     def _feed(self, ids: list[int]) -> torch.Tensor:
         """Feed ``ids`` after the cache; returns (V_d,) logits of the last one."""
         start = len(self._cached)
-        inp = torch.tensor([ids], dtype=torch.long)
-        pos = torch.arange(start, start + len(ids))[None]
+        device = self.vocab.proj.weight.device      # on the draft's device (CUDA: no CPU ids / positions)
+        inp = torch.tensor([ids], dtype=torch.long, device=device)
+        pos = torch.arange(start, start + len(ids), device=device)[None]
         logits, self._cache = self.draft(inp, self._cache, pos, use_cache=True)
         self._cached.extend(ids)
         return logits[0, -1]
@@ -270,8 +271,9 @@ class SmallLMDraftDrafter:
             paths = torch.cat([paths, tokens.reshape(-1, 1).cpu()], dim=1)     # (B, depth)
             cache = copy.deepcopy(self._cache)
             cache.batch_repeat_interleave(paths.shape[0])
-            pos = torch.arange(prefix, prefix + depth)[None].expand(paths.shape[0], -1)
-            logits, _ = self.draft(paths, cache, pos, use_cache=True)
+            device = self.vocab.proj.weight.device
+            pos = torch.arange(prefix, prefix + depth, device=device)[None].expand(paths.shape[0], -1)
+            logits, _ = self.draft(paths.to(device), cache, pos, use_cache=True)
             return paths, logits[:, -1]
         return expand
 
