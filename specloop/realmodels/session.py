@@ -316,9 +316,7 @@ class DecodeSession:
             outcome, p_target = self.accept(passed)
         self._phases.mark("acceptance")
         accepted = list(outcome.accepted_nodes)
-        keep = torch.cat([torch.arange(passed.cache_length + 1),
-                          passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
-        keep_positions(self.cache, keep)
+        self._keep_accepted(passed, accepted)
         committed, eos = self._truncate([int(proposal.tokens[j]) for j in accepted] + [outcome.next_token])
         t2 = self._phases.mark("cache_surgery") or self.decoder._clock()
         observation = self.drafter.observe(self._feedback(passed, outcome, p_target, committed, eos))
@@ -327,8 +325,9 @@ class DecodeSession:
             round_index=len(self.trace), stream_index=self.stream_index, num_draft_tokens=proposal.size,
             tree_depth=proposal.depth, verified_tokens=proposal.size + 1,
             accepted_tokens=min(len(accepted), len(committed)), tokens_per_round=len(committed),
-            draft_time=self._t1 - self._t0, verify_time=t2 - self._t1, update_time=t3 - t2,
-            acceptance_probs=_position_acceptance(passed, p_target, proposal, accepted),
+            draft_time=self._t1 - self._t0, verify_time=self._verify_seconds(passed, t2 - self._t1),
+            update_time=t3 - t2,
+            acceptance_probs=self._acceptance_probs(passed, p_target, accepted),
             child_acceptance_ratios=outcome.child_acceptance_ratios, loss=_observed_loss(observation))
         self.trace.append(record)
         self._phases.mark("record")
@@ -341,6 +340,21 @@ class DecodeSession:
         if self.on_tokens is not None:
             self.on_tokens(committed)
         return record
+
+    def _keep_accepted(self, passed: TargetPass, accepted: list[int]) -> None:
+        """Prune the target's cache to the prefix, the pending token and the accepted nodes."""
+        keep = torch.cat([torch.arange(passed.cache_length + 1),
+                          passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
+        keep_positions(self.cache, keep)
+
+    def _acceptance_probs(self, passed: TargetPass, p_target, accepted: list[int]) -> tuple:
+        """The record's per-position Acc_j (`_position_acceptance`)."""
+        return _position_acceptance(passed, p_target, passed.proposal, accepted)
+
+    def _verify_seconds(self, passed: TargetPass, measured: float) -> float:
+        """The round's verify seconds: the measured ones (a replay prices the forward
+        instead, `specloop.realmodels.replay`)."""
+        return measured
 
     def _feedback(self, passed: TargetPass, outcome: VerifyOutcome, p_target, committed: list[int],
                   eos: bool) -> VerifyFeedback:
