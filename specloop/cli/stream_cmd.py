@@ -50,9 +50,12 @@ def register(subparsers) -> None:
                         help="comma-separated datasets, in domain order")
     parser.add_argument("--order", choices=["shift", "interleave"], default="shift",
                         help="shift: dataset after dataset (domain shift); interleave: round-robin")
-    parser.add_argument("--prompts", type=int, default=12, help="prompts in the stream (split over datasets)")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="prompts in the stream (split over datasets; default 12; with --replay: the "
+                             "recording's first N, default all)")
     parser.add_argument("--chunk", type=int, default=4, help="prompts per chunk")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="tokens per prompt (default 96; with --replay the recording's)")
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="chain length k per round")
     parser.add_argument("--mode", choices=["round", "chunk"], default="chunk",
                         help="chunk (default, the paper's App. B set-up): epochs over each chunk's samples after the chunk; round: a micro-update from a replay buffer every round")
@@ -74,17 +77,26 @@ def register(subparsers) -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="results/stream", help="results folder (resumable)")
+    parser.add_argument("--replay", default=None, metavar="REC",
+                        help="replay every method against a recording ('specloop stream record'): exact greedy "
+                             "rounds, real draft forwards / updates, the target's verification priced from "
+                             "--cost-table; the stream, target and dtype are the recording's")
+    parser.add_argument("--cost-table", default=None, metavar="FILE",
+                        help="verify-cost JSON for --replay (benchmarks/verify_cost.py; default the shipped "
+                             "SmolLM2-135M CPU table)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
     sub = parser.add_subparsers(dest="stream_action", metavar="ACTION")
     sub.required = False
+    from specloop.cli.stream_check_cmd import register_check
     from specloop.cli.stream_record_cmd import register_record
     register_record(sub)
+    register_check(sub)
 
 
 def _check_args(args) -> None:
     for name in ("prompts", "chunk", "max_new_tokens", "num_draft_tokens", "batch_size", "epochs", "update_every"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
 
 
@@ -95,12 +107,21 @@ def _stream_run(args):
     online = {"mode": args.mode, "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
               "update_every": args.update_every, "precondition": args.precondition,
               "background": args.background}
-    config = StreamConfig(chunk=args.chunk, max_new_tokens=args.max_new_tokens,
+    max_new_tokens = args.max_new_tokens
+    if max_new_tokens is None:
+        max_new_tokens = 96 if args.replay is None else _recorded_max_new_tokens(args.replay)
+    config = StreamConfig(chunk=args.chunk, max_new_tokens=max_new_tokens,
                           num_draft_tokens=args.num_draft_tokens, online=online, seed=args.seed)
     return StreamRun(methods=tuple(args.method.split(",")), config=config, out=Path(args.out), target=args.target,
-                     datasets=args.datasets, order=args.order, prompts=args.prompts, raw=args.raw,
+                     datasets=args.datasets, order=args.order,
+                     prompts=args.prompts if args.prompts is not None or args.replay else 12, raw=args.raw,
                      max_prompt_tokens=args.max_prompt_tokens, dtype=args.dtype, device=args.device,
-                     drafts=args.drafts)
+                     drafts=args.drafts, replay=args.replay, cost_table=args.cost_table)
+
+
+def _recorded_max_new_tokens(folder) -> int:
+    from specloop.realmodels.stream_record import open_recording
+    return int(open_recording(folder).settings["max_new_tokens"])
 
 
 def run(args) -> int:

@@ -31,6 +31,12 @@ drafter's own state) written atomically after every
 prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
 with the same arguments drops rounds of the unfinished prompt, reloads the state and
 continues: the records equal those of an uninterrupted run (greedy decoding).
+
+Engines: the real decoder (`SpeculativeDecoder`), or, given a recording of the stream
+(``replay=``, `specloop.realmodels.stream_record`), the replay
+(`specloop.realmodels.replay.ReplayDecoder`): the same drafters, learners, updates
+and round loop against the recorded target side, verification priced from a cost
+table. A results folder belongs to one engine (a resumed run on the other is refused).
 """
 from __future__ import annotations
 
@@ -171,6 +177,13 @@ class StreamRunner:
             shipped copy, e.g. drafts trained on another corpus mix for a
             domain-shift stream; a missing folder fails that method with
             FileNotFoundError (it never falls back to another draft).
+        replay: a `stream_record.Recording` of this stream: every method is replayed
+            against it (`specloop.realmodels.replay.ReplayDecoder`, greedy; the
+            drafts, learners and updates really run, the target's verification is
+            priced from ``verify_cost``) instead of decoded; ``prompts`` must be its
+            first prompts.
+        verify_cost: the replay's `VerifyCostTable` (None = the shipped table of the
+            recording's dtype).
 
     Raises:
         ValueError: empty stream.
@@ -178,9 +191,15 @@ class StreamRunner:
 
     def __init__(self, target, prompts: list[list[int]], out: str | os.PathLike, config: StreamConfig,
                  make_drafter: DrafterFactory | None = None,
-                 drafts_dir: str | os.PathLike | None = None) -> None:
+                 drafts_dir: str | os.PathLike | None = None, replay=None, verify_cost=None) -> None:
         if not prompts:
             raise ValueError("empty prompt stream")
+        if replay is not None and config.online.get("background"):
+            raise ValueError("a replay runs updates in the round loop (deterministic); price the background "
+                             "variant (App. B.2, updates on another device) by the replay's speedup without "
+                             "training instead of --background")
+        self.replay, self.verify_cost = replay, verify_cost
+        self.engine = "decoder" if replay is None else "replay"
         self.target = target
         self.prompts = [list(map(int, p)) for p in prompts]
         self.out = Path(out)
@@ -210,6 +229,10 @@ class StreamRunner:
     def _decoder(self, drafter, index: int):
         from specloop.realmodels.decoder import SpeculativeDecoder
         from specloop.realmodels.policy import FixedDraftPolicy
+        if self.replay is not None:
+            from specloop.realmodels.replay import ReplayDecoder
+            return ReplayDecoder(self.replay, self.target, drafter, policy=FixedDraftPolicy(self.config.num_draft_tokens),
+                                 seed=self.config.seed + index, verify_cost=self.verify_cost)
         return SpeculativeDecoder(self.target, drafter, policy=FixedDraftPolicy(self.config.num_draft_tokens),
                                   seed=self.config.seed + index)
 
@@ -270,21 +293,22 @@ class StreamRunner:
 
     def _meta(self, spec: MethodSpec) -> dict:
         return {"method": spec.name, "label": spec.label, "drafter": spec.drafter, "learner": spec.learner,
+                "engine": self.engine,
                 "config": {**self.config.__dict__}, "prompts": len(self.prompts)}
 
     def _load_state(self, folder: Path, spec: MethodSpec, adapter, draft_id: str, drafter=None) -> dict:
         path = folder / "state.pt"
         fresh = {"prompts_done": 0, "chunk_train_time": [], "outputs": [], "adapter": None,
                  "config": {**self.config.__dict__}, "method": spec.name, "stream_hash": self._stream_hash(),
-                 "draft_id": draft_id}
+                 "draft_id": draft_id, "engine": self.engine}
         if not path.is_file():
             return fresh
         state = load_checkpoint(path)
         if not _same_settings(state.get("config"), fresh["config"], spec.learner is not None) \
                 or state.get("method") != spec.name or state.get("stream_hash") != fresh["stream_hash"] \
-                or state.get("draft_id") != draft_id:
+                or state.get("draft_id") != draft_id or state.get("engine", "decoder") != self.engine:
             raise ValueError(f"{path} was written with other settings, another prompt stream or "
-                             "another saved draft (retrained since?) "
+                             "another saved draft (retrained since?) or the other engine (decoder / replay) "
                              f"({state.get('config')}); use another --out folder or delete it")
         if adapter is not None and state.get("adapter") is not None:
             adapter.load_state_dict(state["adapter"])

@@ -92,7 +92,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_layers", "layer_name",
+__all__ = ["recorded_items", "FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_layers", "layer_name",
            "generate_batch", "prompts_fingerprint", "check_settings", "record_stream", "Recording",
            "open_recording", "check_batched", "recording_bytes"]
 
@@ -591,6 +591,31 @@ class Recording:
                 "topm_ids": data["topm_ids"][a:b], "topm_probs": data["topm_probs"][a:b],
                 "dataset": str(data["dataset"][j]), "prompt_id": str(data["prompt_id"][j]),
                 "stop_reason": str(data["stop_reason"][j])}
+
+
+def recorded_items(recording: Recording, limit: int | None = None) -> list:
+    """The recording's prompts as `specloop.data.streams.StreamItem` s (ids = the
+    templated prompt tokens), the first ``limit`` (None = all), in stream order.
+
+    Raises:
+        ValueError: ``limit`` < 1 or above the prompts recorded.
+    """
+    from specloop.data.streams import StreamItem
+    total = recording.num_prompts
+    count = total if limit is None else int(limit)
+    if not 1 <= count <= total:
+        raise ValueError(f"asked for {limit} prompts; the recording at {recording.folder} has {total}")
+    items = []
+    for number, shard in enumerate(recording.manifest["shards"]):
+        if len(items) >= count:
+            break
+        with np.load(recording.folder / shard["file"], allow_pickle=False) as data:   # only these members
+            offsets, lengths, tokens = data["offsets"], data["prompt_lengths"], data["tokens"]
+            for j, index in enumerate(data["stream_index"][: count - len(items)]):
+                a = int(offsets[j])
+                items.append(StreamItem(int(index), str(data["dataset"][j]), str(data["prompt_id"][j]), "",
+                                        tuple(int(t) for t in tokens[a:a + int(lengths[j])])))
+    return items
 
 
 def open_recording(out_dir) -> Recording:

@@ -12,7 +12,9 @@ training time over the greedy baseline's), ``speedup_with_training``,
 an online method whose frozen draft ran too, ``vs_frozen`` (`vs_frozen`);
 ``failed`` (method -> why); ``baseline_tokens_per_s``,
 ``baseline_per_chunk_tokens_per_s``; ``stream`` (dataset of each prompt);
-``config``.
+``config``; ``engine`` ("decoder", or "replay" for a replayed recording, whose
+tokens/s price the target's verification from a measured cost table, see
+`specloop.realmodels.replay`).
 """
 from __future__ import annotations
 
@@ -47,7 +49,8 @@ def vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
 
 
 def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, target: str, datasets: str,
-                  order: str, drafts: str | None = None) -> dict:
+                  order: str, drafts: str | None = None, engine: str = "decoder",
+                  recording: str | None = None) -> dict:
     """The stream's result object (module docstring).
 
     Args:
@@ -56,6 +59,7 @@ def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, t
         failures: method -> why it could not run.
         items: the stream's items (each with a ``dataset``), in order.
         config: the run's `StreamConfig`.
+        engine: "decoder" or "replay"; recording: the replayed recording's folder.
         target, datasets, order, drafts: echoed in the result (``config`` holds
             datasets, order, drafts, the prompt count and the `StreamConfig` fields).
 
@@ -85,12 +89,12 @@ def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, t
         vs = vs_frozen(name, summaries, domains)
         if vs is not None:
             methods[name]["vs_frozen"] = vs
-    return {"target": target, "methods": methods, "failed": failures,
+    return {"target": target, "engine": engine, "methods": methods, "failed": failures,
             "baseline_tokens_per_s": base_tps,
             "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
             "stream": domains,
             "config": {"datasets": datasets, "order": order, "prompts": len(items),
-                       "drafts": drafts,
+                       "drafts": drafts, "recording": recording,
                        "chunk": config.chunk, "max_new_tokens": config.max_new_tokens,
                        "num_draft_tokens": config.num_draft_tokens, **config.online}}
 
@@ -150,6 +154,11 @@ class StreamRun:
             max_prompt_tokens: keep the last N prompt tokens.
         dtype, device: of the target. drafts: folder of per-kind drafts (None =
             the draft cache / shipped copies).
+        replay: a stream recording's folder (`specloop stream record`): replay every
+            method against it instead of decoding; the stream, target, dtype and
+            max_new_tokens cap are the recording's (``prompts`` = its first prompts,
+            None or 0 = all). cost_table: the replay's verify-cost JSON
+            (``benchmarks/verify_cost.py``; None = the shipped SmolLM2 table).
     """
 
     methods: tuple[str, ...]
@@ -164,6 +173,8 @@ class StreamRun:
     dtype: str = "float32"
     device: str = "cpu"
     drafts: str | None = None
+    replay: str | None = None
+    cost_table: str | None = None
 
 
 def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | None = None) -> dict:
@@ -183,11 +194,39 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
     specs = [resolve_method(m) for m in run.methods if m.strip()]
     if not specs:
         raise ValueError("--method names no method")
+    if run.replay is not None:
+        return _serve_replay(run, specs, progress)
     target = load_model(run.target, dtype=run.dtype, device=run.device)
     items = build_stream(run.datasets, run.prompts, target.tokenizer, order=run.order,
                          chat_template=not run.raw, max_prompt_tokens=run.max_prompt_tokens)
     out = Path(run.out)
     runner = StreamRunner(target, [list(i.ids) for i in items], out, run.config, drafts_dir=run.drafts)
+    return _serve(runner, specs, items, run, progress)
+
+
+def _serve_replay(run: StreamRun, specs, progress) -> dict:
+    """`serve_stream` over a recording (``run.replay``)."""
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.replay import load_verify_cost
+    from specloop.realmodels.stream import StreamRunner
+    from specloop.realmodels.stream_record import open_recording, recorded_items
+    recording = open_recording(run.replay)
+    settings = recording.settings
+    if run.config.max_new_tokens > int(settings["max_new_tokens"]):
+        raise ValueError(f"--max-new-tokens {run.config.max_new_tokens} exceeds the recording's "
+                         f"{settings['max_new_tokens']}")
+    items = recorded_items(recording, run.prompts or None)
+    target = load_model(settings["target"], dtype=settings["dtype"], device=run.device)
+    runner = StreamRunner(target, [list(i.ids) for i in items], Path(run.out), run.config, drafts_dir=run.drafts,
+                          replay=recording, verify_cost=load_verify_cost(run.cost_table, settings["dtype"]))
+    replayed = StreamRun(**{**run.__dict__, "target": settings["target"], "datasets": ",".join(settings["datasets"]),
+                            "order": settings["order"]})
+    return _serve(runner, specs, items, replayed, progress)
+
+
+def _serve(runner, specs, items, run: StreamRun, progress) -> dict:
+    from specloop.realmodels.stream import BASELINE
+    out = Path(run.out)
     names = [BASELINE] + [s.name for s in specs if s.name != BASELINE]
     total = len(names) * len(items)
     summaries, failures = {}, {}
@@ -202,7 +241,8 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
                 raise
             failures[name] = str(exc)
     result = stream_result(summaries, failures, items, run.config, target=run.target, datasets=run.datasets,
-                           order=run.order, drafts=run.drafts)
+                           order=run.order, drafts=run.drafts, engine=runner.engine,
+                           recording=None if run.replay is None else str(run.replay))
     (out / "summary.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot_stream(result, out / "stream.png")
     return result
