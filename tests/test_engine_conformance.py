@@ -164,6 +164,40 @@ def real_session(kind):
     return factory
 
 
+_RECORDINGS: dict = {}
+
+
+def _recording(target, prompt):
+    """A recording of ``prompt`` on ``target`` (40 new tokens), made once per target."""
+    import tempfile
+    from specloop.data.streams import StreamItem
+    from specloop.realmodels.stream_record import RecordSettings, open_recording, record_stream
+    key = id(type(target)), tuple(prompt.tolist()), int(target.config.vocab_size)
+    if key not in _RECORDINGS:
+        folder = tempfile.mkdtemp(prefix="conformance-rec-")
+        settings = RecordSettings(target="tiny", dtype="float32", datasets=("t",), split="heldout", order="shift",
+                                  prompts=1, max_new_tokens=40, max_prompt_tokens=None, chat_template=False,
+                                  top_m=8, layers=(-1,), batch_size=1, shard_size=1)
+        record_stream(target, [StreamItem(0, "t", "p0", "", tuple(prompt.tolist()))], folder, settings,
+                      check_prompts=0)
+        _RECORDINGS[key] = open_recording(folder)
+    return _RECORDINGS[key]
+
+
+def replay_session(kind):
+    def factory(seed=0):
+        from specloop.realmodels.replay import ReplayDecoder
+        from specloop.theory.speedup import VerifyCostTable
+        from tests.realmodels.decoder_util import as_loaded
+        decoder, target = _tiny_decoder("bigram" if kind == "tree-asks" else "small-lm", seed)
+        prompt = torch.tensor([1, 4, 7, 2, 9, 3])
+        replay = ReplayDecoder(_recording(target, prompt), as_loaded(target), decoder.drafter, seed=seed,
+                               verify_cost=VerifyCostTable([1, 8], [0.01, 0.02]))
+        session = replay.session(prompt, 40)
+        return session, {"prompt": prompt, "weights": next(target.parameters())}
+    return factory
+
+
 def real_ltd(seed=0):
     from specloop.realmodels.ltd_env import RealHarness, RealTreeEngine
     from tests.realmodels.heads_b_util import tiny_target
@@ -192,6 +226,8 @@ ENGINES = {
     "real-tree": (real_session("tree"), STATIC_TREE, False, False, True),
     "real-tree-asks": (real_session("tree-asks"), TOPK_TREE, False, False, True),
     "real-ltd": (real_ltd, TOPK_TREE, False, False, True),
+    "replay-chain": (replay_session("chain"), CHAIN, False, False, False),
+    "replay-tree-asks": (replay_session("tree-asks"), TOPK_TREE, False, False, True),
 }
 
 _TIMING = ("draft_time", "verify_time", "update_time", "target_time")
