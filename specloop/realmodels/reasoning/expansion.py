@@ -70,7 +70,7 @@ class CommittedCache:
         self.ids.extend(int(t) for t in new_ids)
         todo = self.ids[self.cached: len(self.ids) - 1]
         if todo:
-            causal_forward(self.model, self.cache, torch.tensor(todo, dtype=torch.long))
+            causal_forward(self.model, self.cache, torch.tensor(todo, dtype=torch.long), logits_to_keep=1)
 
 
 def common_prefix_length(prefixes: list[list[int]]) -> int:
@@ -91,11 +91,14 @@ def _additive(visible: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor
 
 def _forward(model, cache, input_ids: torch.Tensor, visible: torch.Tensor, positions: torch.Tensor,
              hidden: bool = False):
+    """One forward; the LM head runs on the last position only (every row's last
+    real token: rows are left padded), so a long prefill costs no full-vocabulary
+    logits per position."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     with torch.inference_mode():
         return model(input_ids=input_ids.to(device), attention_mask=_additive(visible, dtype, device),
-                     position_ids=positions.to(device), use_cache=cache is not None,
+                     position_ids=positions.to(device), use_cache=cache is not None, logits_to_keep=1,
                      output_hidden_states=hidden, **({_cache_kwarg(model): cache} if cache is not None else {}))
 
 
@@ -132,7 +135,7 @@ def _penalise(logits: torch.Tensor, seen: list[set[int]], penalty: float) -> tor
 
 def expand_steps(model, tokenizer, prefixes: list[list[int]], rule: StepRule, *, eos_ids: set[int],
                  base: CommittedCache | None = None, repetition_penalty: float = 1.0,
-                 max_tokens: int | None = None) -> list[StepOutput]:
+                 max_tokens: int | list[int] | None = None) -> list[StepOutput]:
     """Generate one greedy step after every prefix, all prefixes in one batch.
 
     Args:
@@ -145,7 +148,8 @@ def expand_steps(model, tokenizer, prefixes: list[list[int]], rule: StepRule, *,
             strictly shorter than each; its cache is copied, never modified.
             Without it the common head is prefilled once here.
         repetition_penalty: r >= 1.0 (1.0 = off).
-        max_tokens: optional cap below ``rule.max_step_tokens``.
+        max_tokens: optional cap below ``rule.max_step_tokens`` (one int, or one per
+            prefix; each >= 1), e.g. the tokens left in the budget.
 
     Returns:
         B `StepOutput`, in prefix order.
@@ -168,11 +172,14 @@ def expand_steps(model, tokenizer, prefixes: list[list[int]], rule: StepRule, *,
         head = common_prefix_length(prefixes)
         cache = new_cache()
         if head:
-            causal_forward(model, cache, torch.tensor(prefixes[0][:head], dtype=torch.long))
+            causal_forward(model, cache, torch.tensor(prefixes[0][:head], dtype=torch.long), logits_to_keep=1)
     batch = len(prefixes)
     if head and batch > 1:
         cache.batch_repeat_interleave(batch)
-    cap = int(rule.max_step_tokens if max_tokens is None else min(rule.max_step_tokens, max_tokens))
+    limits = max_tokens if isinstance(max_tokens, (list, tuple)) else [max_tokens] * batch
+    if len(limits) != batch or any(m is not None and int(m) < 1 for m in limits):
+        raise ValueError(f"max_tokens must be >= 1 (one per prefix), got {max_tokens}")
+    cap = [int(rule.max_step_tokens if m is None else min(rule.max_step_tokens, int(m))) for m in limits]
     pad_id = prefixes[0][-1]
     input_ids, valid, visible, positions = _tail_inputs([p[head:] for p in prefixes], head, pad_id)
     logits = _forward(model, cache, input_ids, visible, positions).logits[:, -1].float()
@@ -199,7 +206,7 @@ def _decode_loop(model, tokenizer, cache, logits, valid, last_pos, prefixes, rul
             if penalty != 1.0:
                 seen[b].add(token)
             text = tokenizer.decode(generated[b])
-            if rule.step_complete(text) or len(generated[b]) >= cap:
+            if rule.step_complete(text) or len(generated[b]) >= cap[b]:
                 results[b] = StepOutput(tuple(generated[b]), text, False)
                 continue
             keep.append(row)

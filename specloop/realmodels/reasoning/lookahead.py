@@ -164,34 +164,44 @@ class _Side:
         self.cache.extend(list(ids))
 
 
-def _steps_alone(side: _Side, config: LookaheadConfig, count: int) -> list[StepOutput]:
-    """``count`` greedy steps of one model, one after the other, from its cache."""
+def _steps_alone(side: _Side, config: LookaheadConfig, count: int, budget_left: int,
+                 counter: Participant) -> tuple[list[StepOutput], list[list[int]]]:
+    """Up to ``count`` greedy steps of one model, one after the other, from its cache,
+    each capped at the budget left (``budget_left`` target tokens, the steps before
+    it counted in ``counter``'s tokens). Returns (steps, their ids in ``counter``'s
+    tokens)."""
     out: list[StepOutput] = []
+    counted: list[list[int]] = []
     for _ in range(count):
         tail = [t for s in out for t in s.ids]
+        left = budget_left - sum(len(c) for c in counted)
+        if left < 1:
+            break
         step = expand_steps(side.who.model, side.who.tokenizer, [side.ids + tail], config.rule,
                             eos_ids=side.who.eos_ids, base=side.cache,
-                            repetition_penalty=config.repetition_penalty)[0]
+                            repetition_penalty=config.repetition_penalty, max_tokens=left)[0]
         out.append(step)
+        counted.append(list(step.ids) if counter is side.who else counter.encode(step.text))
         if step.eos:
             break
-    return out
+    return out, counted
 
 
-def _target_expand(side: _Side, prefixes, config: LookaheadConfig):
-    """Target steps after each prefix: (outputs, spec tokens, spec rounds)."""
+def _target_expand(side: _Side, prefixes, config: LookaheadConfig, caps: list[int]):
+    """Target steps after each prefix, each at most its cap: (outputs, spec tokens,
+    spec rounds)."""
     if not config.token_spec:
         return expand_steps(side.who.model, side.who.tokenizer, prefixes, config.rule, eos_ids=side.who.eos_ids,
-                            base=side.cache, repetition_penalty=config.repetition_penalty), 0, 0
+                            base=side.cache, repetition_penalty=config.repetition_penalty, max_tokens=caps), 0, 0
     outputs, tokens, rounds = [], 0, 0
-    for prefix in prefixes:
-        step, n_tok, n_round = _spec_step(side.who, prefix, config)
+    for prefix, cap in zip(prefixes, caps):
+        step, n_tok, n_round = _spec_step(side.who, prefix, config, cap)
         outputs.append(step)
         tokens, rounds = tokens + n_tok, rounds + n_round
     return outputs, tokens, rounds
 
 
-def _spec_step(who: Participant, prefix: list[int], config: LookaheadConfig):
+def _spec_step(who: Participant, prefix: list[int], config: LookaheadConfig, cap: int):
     """One target step by lossless token-level speculative decoding (n-gram drafter),
     cut at the step's end: (StepOutput, committed tokens, rounds)."""
     from specloop.realmodels.decoder import SpeculativeDecoder
@@ -202,7 +212,8 @@ def _spec_step(who: Participant, prefix: list[int], config: LookaheadConfig):
     # the decoder reads ``.model`` of what it is given: wrap the causal LM (its own ``.model`` is the trunk)
     decoder = SpeculativeDecoder(LoadedModel(who.model, who.tokenizer, "target", ""), NGramDrafter(), policy=FixedDraftPolicy(config.spec_draft_tokens),
                                  eos_token_id=sorted(who.eos_ids))
-    session = decoder.session(prefix, config.rule.max_step_tokens)
+    cap = min(int(cap), config.rule.max_step_tokens)
+    session = decoder.session(prefix, cap)
     while not session.done:
         drive_round(decoder.policy, session)
         if config.rule.step_complete(who.tokenizer.decode(session.new_tokens)):
@@ -257,11 +268,12 @@ def lookahead_generate(target: Participant, draft: Participant, judge, config: L
     rounds, feedback, judged = [], [], []
     while budget.stop is None:
         start = time.perf_counter()
-        proposals = _steps_alone(d_side, config, config.num_draft_steps)
-        retok = [target.encode(p.text) for p in proposals]
+        left = config.max_new_tokens - budget.tokens
+        proposals, retok = _steps_alone(d_side, config, config.num_draft_steps, left, target)
         mid = time.perf_counter()
         prefixes = [t_side.ids + [t for r in retok[:i] for t in r] for i in range(len(proposals))]
-        expansions, spec_tokens, spec_rounds = _target_expand(t_side, prefixes, config)
+        caps = [left - sum(len(r) for r in retok[:i]) for i in range(len(proposals))]
+        expansions, spec_tokens, spec_rounds = _target_expand(t_side, prefixes, config, caps)
         after = time.perf_counter()
         pairs = [(p.text, e.text) for p, e in zip(proposals, expansions)]
         scores = list(judge.scores(pairs))
@@ -327,7 +339,7 @@ def generate_alone(who: Participant, config: LookaheadConfig, *, count_with: Par
     rounds = []
     while budget.stop is None:
         start = time.perf_counter()
-        step = _steps_alone(side, config, 1)[0]
+        step = _steps_alone(side, config, 1, config.max_new_tokens - budget.tokens, counter)[0][0]
         seconds = time.perf_counter() - start
         side.commit(list(step.ids))
         count = len(step.ids) if counter is who else len(counter.encode(step.text))

@@ -1,0 +1,206 @@
+"""Lookahead Reasoning / Online-LR at CPU scale: the OnlineSpec Table 2 layout
+(rows Target, Draft, LR, OSD-LR, Online-LR; per task AvgLen (speedup) and accuracy),
+the cheap judges' agreement with the model judge, and the cost of the target's
+batch-gamma forward against a batch-1 forward (issue 23; Fu et al. 2025; OnlineSpec
+Sec. 3.1, Eq. 2, Table 2, Table 10, App. B.10).
+
+AvgLen = steps committed per LR round (accepted draft steps + the target's step;
+1.00 for a model alone). Speedup = committed target tokens per decoding second over
+the target row's (chunk-end draft updates excluded; with them: ``speedup_with_training``).
+LR is lossy: accuracy sits next to every speed number.
+
+Small check (about 10 CPU minutes with the default models):
+    python benchmarks/reasoning.py --prompts 6 --max-new-tokens 96 --json --out results/reasoning_small.json
+Full run (issue 23: >= 100 prompts, >= 50 per task with accuracy; many CPU hours here):
+    python benchmarks/reasoning.py --tasks arith,humaneval --prompts 100 --max-new-tokens 512 \\
+        --json --out results/reasoning.json
+Resumable: the per-method records live in ``--work`` (default next to ``--out``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from specloop.cli.reason_cmd import _clean, build_stream  # noqa: E402
+from specloop.realmodels.loading import load_model  # noqa: E402
+from specloop.realmodels.reasoning.expansion import CommittedCache, expand_steps  # noqa: E402
+from specloop.realmodels.reasoning.judge import (ExactMatchJudge, HiddenStateJudge, judge_agreement,  # noqa: E402
+                                                 make_judge)
+from specloop.realmodels.reasoning.runner import (METHODS, ReasonConfig, ReasonRunner, add_speedups,  # noqa: E402
+                                                  read_records)
+from specloop.realmodels.reasoning.steps import StepRule  # noqa: E402
+
+
+class _Recorded:
+    """The model judge's verdicts as recorded in the LR records (no recomputation)."""
+
+    name = "recorded-model"
+
+    def __init__(self, pairs, scores, threshold):
+        self.table = {tuple(p): s for p, s in zip(pairs, scores)}
+        self.threshold = threshold
+
+    def verdicts(self, pairs):
+        return [self.table[tuple(p)] >= self.threshold for p in pairs]
+
+
+def judge_agreements(work: Path, target, threshold: float) -> dict:
+    """Agreement of the exact-match and hidden-state judges with the model judge on
+    every pair the LR run judged."""
+    pairs, scores = [], []
+    for record in read_records(work / "lr" / "records.jsonl"):
+        pairs.extend(tuple(p) for p in record["judged"])
+        scores.extend(s for row in record["judge_scores"] for s in row)
+    if not pairs:
+        return {"pairs": 0}
+    reference = _Recorded(pairs, scores, threshold)
+    return {"pairs": len(pairs), "model_accept_rate": sum(reference.verdicts(pairs)) / len(pairs),
+            "exact": judge_agreement(ExactMatchJudge(), reference, pairs),
+            "hidden": judge_agreement(HiddenStateJudge(target), reference, pairs)}
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def batch_cost(target, gamma: int, context: int = 256, repeats: int = 5) -> dict:
+    """Seconds of one decode forward at batch 1 vs batch gamma over a ``context``-token
+    cache, and of one step expansion (16 tokens, no delimiter) of 1 vs gamma prefixes."""
+    from specloop.realmodels.kvcache import _cache_kwarg
+    model, tok = target.model, target.tokenizer
+    ids = torch.randint(100, 5000, (context,)).tolist()
+    base = CommittedCache(model, ids)
+
+    def forward(batch):
+        import copy
+        cache = copy.deepcopy(base.cache)
+        if batch > 1:
+            cache.batch_repeat_interleave(batch)
+        with torch.inference_mode():
+            model(input_ids=torch.full((batch, 1), ids[-1]), position_ids=torch.full((batch, 1), context - 1),
+                  use_cache=True, **{_cache_kwarg(model): cache})
+
+    rule = StepRule("\u0000never", 16, "cost")
+    prefixes = [ids] + [ids + ids[5:5 + 4 * i] for i in range(1, gamma)]
+    one = _median_seconds(lambda: forward(1), repeats)
+    many = _median_seconds(lambda: forward(gamma), repeats)
+    exp1 = _median_seconds(lambda: expand_steps(model, tok, prefixes[:1], rule, eos_ids=set(), base=base), 2)
+    expg = _median_seconds(lambda: expand_steps(model, tok, prefixes, rule, eos_ids=set(), base=base), 2)
+    return {"context_tokens": context, "gamma": gamma, "forward_batch1_s": one, "forward_batch_gamma_s": many,
+            "batch_gamma_over_batch1": many / one, "expand_1_prefix_16_tokens_s": exp1,
+            "expand_gamma_prefixes_16_tokens_s": expg, "expand_gamma_over_1": expg / exp1,
+            "target_tokens_per_s_batch1_decode": 1.0 / one}
+
+
+def _cell(block: dict) -> dict:
+    return {"avg_len": block.get("avg_accepted_steps"), "speedup": block.get("speedup"),
+            "accuracy": block.get("accuracy"), "tokens_per_s": block.get("tokens_per_s"),
+            "prompts": block.get("prompts")}
+
+
+def table(summaries: dict) -> list[dict]:
+    rows = []
+    for method, s in summaries.items():
+        rows.append({"method": s["label"], "overall": _cell(s),
+                     "tasks": {t: _cell(b) for t, b in s["tasks"].items()},
+                     "speedup_with_training": (s["tokens_per_s_with_training"] / summaries["target"]["tokens_per_s"]
+                                               if "target" in summaries else math.nan),
+                     "mean_accepted_draft_steps": s.get("mean_accepted_draft_steps"),
+                     "mean_accepted_length": s.get("mean_accepted_length"),
+                     "phase_seconds": s.get("phase_seconds")})
+    return rows
+
+
+def _fmt(x, spec):
+    return "-" if x is None or (isinstance(x, float) and not math.isfinite(x)) else format(x, spec)
+
+
+def print_table(rows, tasks, file=sys.stderr) -> None:
+    head = "".join(f" | {t:>22} {'Acc':>6}" for t in tasks)
+    print(f"{'method':>10}{head}", file=file)
+    for row in rows:
+        cells = ""
+        for t in tasks:
+            c = row["tasks"].get(t, {})
+            cells += f" | {_fmt(c.get('avg_len'), '.2f'):>8} ({_fmt(c.get('speedup'), '.2f')}x) " \
+                     f"{_fmt(c.get('tokens_per_s'), '.2f'):>5}t/s {_fmt(c.get('accuracy'), '.1f'):>6}"
+        print(f"{row['method']:>10}{cells}", file=file)
+
+
+def _phases(work: Path, method: str) -> dict:
+    records = read_records(work / method / "records.jsonl")
+    return {k: sum(r["timing"][k] for r in records) for k in ("draft", "target", "judge")}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", default="qwen2.5-coder-1.5b")
+    parser.add_argument("--draft", default="smollm2-135m")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--tasks", default="arith,humaneval")
+    parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--chunk", type=int, default=25)
+    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--max-step-tokens", type=int, default=None)
+    parser.add_argument("--repetition-penalty", type=float, default=1.0)
+    parser.add_argument("--token-spec", action="store_true")
+    parser.add_argument("--judge-kind", choices=["model", "exact", "hidden"], default="model")
+    parser.add_argument("--lr", type=float, default=5e-7)
+    parser.add_argument("--skip-cost", action="store_true")
+    parser.add_argument("--work", default=None, help="results folder of the runs (default <out>.runs)")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", default="results/reasoning.json")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    work = Path(args.work) if args.work else out.with_suffix(".runs")
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    items = build_stream(args.tasks, args.prompts)
+    config = ReasonConfig(chunk=args.chunk, num_draft_steps=args.gamma, max_new_tokens=args.max_new_tokens,
+                          max_step_tokens=args.max_step_tokens, repetition_penalty=args.repetition_penalty,
+                          token_spec=args.token_spec, lr=args.lr)
+    start = time.perf_counter()
+    target, draft = load_model(args.target), load_model(args.draft)
+    judge = make_judge(args.judge_kind, target)
+    runner = ReasonRunner(target, draft, items, work, config, judge=judge)
+    summaries = {}
+    for method in methods:
+        print(f"[reasoning] {method} ...", file=sys.stderr, flush=True)
+        summaries[method] = runner.run_method(method)
+        summaries[method]["phase_seconds"] = _phases(work, method)
+    add_speedups(summaries)
+    result = {"config": {**config.__dict__, "target": args.target, "draft": args.draft, "tasks": args.tasks,
+                         "prompts": len(items), "judge": f"{args.judge_kind} ({args.target})"},
+              "table": table(summaries),
+              "judge_agreement": (judge_agreements(work, target, judge.threshold)
+                                  if "lr" in summaries and args.judge_kind == "model" else None),
+              "batch_cost": None if args.skip_cost else batch_cost(target, args.gamma),
+              "summaries": summaries, "wall_seconds": time.perf_counter() - start}
+    print_table(result["table"], sorted({i.task for i in items}))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(_clean(result), indent=1, default=lambda o: None)
+    out.write_text(text, encoding="utf-8")
+    if args.json:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
