@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from specloop.realmodels.reasoning.expansion import padded_forward
 from specloop.realmodels.reasoning.judge import (ALIGNMENT_TEMPLATE, ConstantJudge, ExactMatchJudge,
                                                  HiddenStateJudge, ModelJudge, alignment_prompt, judge_agreement,
                                                  make_judge, normalise_step)
@@ -59,6 +60,7 @@ def test_never_accept_gives_the_targets_greedy_output(models):
     assert lr.text == alone.text and lr.target_tokens == alone.target_tokens
     assert all(src == "target" for _, src in lr.steps)
     assert [r.committed for r in lr.rounds] == [1] * len(lr.rounds)
+    assert all(len(r.scores) == 1 for r in lr.rounds)     # judged up to the first rejection only
     greedy = _plain_greedy(target, alone.target_tokens + 1)
     assert target.tokenizer.decode(greedy).startswith(lr.text) and len(greedy) >= alone.target_tokens
     # every round's feedback pair: the target's step preferred over the first draft step
@@ -86,12 +88,15 @@ def test_mixed_judge_commits_accepted_steps_then_the_targets(models):
     target, draft = _participants(models)
 
     class FirstOnly(ConstantJudge):
+        batch_all = True          # all pairs of a round in one call
+
         def scores(self, pairs):
             return [1.0] + [0.0] * (len(pairs) - 1)
 
     lr = lookahead_generate(target, draft, FirstOnly(True), CONFIG)
     full = [r for r in lr.rounds if r.drafted == 3]
     assert full and all(r.accepted == 1 and r.target_step for r in full[:-1])
+    assert all(len(r.scores) == 3 for r in full)
     assert [src for _, src in lr.steps[:2]] == ["draft", "target"]
 
 
@@ -106,6 +111,11 @@ def test_judges(models):
     prompt = alignment_prompt(target.tokenizer, "s one", "s two")
     assert ALIGNMENT_TEMPLATE.split("{draft_output}")[0] in prompt and prompt.endswith("[")
     assert "<start_s1>\ns one\n<end_s1>" in prompt and "<start_s2>\ns two\n<end_s2>" in prompt
+    # the cached prompt head gives the scores of the whole prompt in one forward
+    sequences = [target.tokenizer.encode(alignment_prompt(target.tokenizer, d, t)) for d, t in pairs]
+    logits, _, _ = padded_forward(target.model, sequences)
+    full = torch.softmax(torch.stack([logits[:, model_judge.yes_id], logits[:, model_judge.no_id]], -1), -1)[:, 0]
+    assert scores == pytest.approx(full.tolist(), abs=1e-5)
     hidden = HiddenStateJudge(target, threshold=0.999)
     assert hidden.scores([("abc", "abc")])[0] == pytest.approx(1.0, abs=1e-5)
     stats = judge_agreement(ExactMatchJudge(), ConstantJudge(True), pairs)

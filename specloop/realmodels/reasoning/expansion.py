@@ -25,7 +25,8 @@ import torch
 from specloop.realmodels.kvcache import _cache_kwarg, cache_length, causal_forward, new_cache
 from specloop.realmodels.reasoning.steps import StepRule
 
-__all__ = ["StepOutput", "CommittedCache", "expand_steps", "padded_forward", "common_prefix_length"]
+__all__ = ["StepOutput", "CommittedCache", "expand_steps", "padded_forward", "common_prefix_length",
+           "last_logits_after"]
 
 
 @dataclass(frozen=True)
@@ -242,3 +243,21 @@ def padded_forward(model, sequences: list[list[int]], *, hidden: bool = False):
     out = _forward(model, None, input_ids, visible, positions, hidden)
     states = out.hidden_states[-1].float() if hidden else None
     return out.logits[:, -1].float(), states, valid
+
+
+def last_logits_after(base: CommittedCache, tails: list[list[int]]) -> torch.Tensor:
+    """float32 (B, V) next-token logits after ``base.ids + tail`` for each tail (one
+    left-padded batch on a copy of the base's cache; the base is not modified).
+
+    Raises:
+        ValueError: no tails.
+    """
+    if not tails:
+        raise ValueError("last_logits_after needs >= 1 tail")
+    head = base.cached
+    rows = [base.ids[head:] + list(map(int, t)) for t in tails]
+    cache = copy.deepcopy(base.cache)
+    if len(rows) > 1:
+        cache.batch_repeat_interleave(len(rows))
+    input_ids, _, visible, positions = _tail_inputs(rows, head, rows[0][-1])
+    return _forward(base.model, cache, input_ids, visible, positions).logits[:, -1].float()

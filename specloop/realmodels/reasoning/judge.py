@@ -5,7 +5,8 @@ Qwen2.5-7B-Instruct judge with the alignment prompt below, temperature 0.)
 * `ModelJudge` -- any causal LM (by default the target itself) prompted with the
   Table 10 template; its score is P(yes) = P("aligned") / (P("aligned") +
   P("unaligned")), the two verdicts' first tokens after the opening "[" of the
-  answer, and a pair is accepted when the score >= threshold.
+  answer, and a pair is accepted when the score >= threshold. The prompt's text up
+  to s1 is identical for every pair: its KV cache is computed once and reused.
 * `ExactMatchJudge` -- cheap: the two steps are equal after normalisation
   (lower case, whitespace collapsed, punctuation other than digits / operators
   dropped); score 1.0 or 0.0.
@@ -23,7 +24,7 @@ import re
 
 import torch
 
-from specloop.realmodels.reasoning.expansion import padded_forward
+from specloop.realmodels.reasoning.expansion import last_logits_after, padded_forward
 
 __all__ = ["ALIGNMENT_SYSTEM", "ALIGNMENT_TEMPLATE", "alignment_prompt", "ModelJudge", "ExactMatchJudge",
            "HiddenStateJudge", "ConstantJudge", "judge_agreement", "make_judge", "normalise_step"]
@@ -40,6 +41,18 @@ ALIGNMENT_TEMPLATE = (
     "too hard to determine, respond with [unaligned] Please directly provide the final result in [aligned] "
     "or [unaligned]. Reasoning step 1 (s1):\n<start_s1>\n{draft_output}\n<end_s1>\n"
     "Reasoning step 2 (s2):\n<start_s2>\n{target_output}\n<end_s2>")
+
+
+_MARK = "\x00S1\x00"
+
+
+def alignment_prompt_parts(tokenizer) -> tuple[str, str]:
+    """The judge prompt split around s1: (text before the draft step, the template's
+    text between the draft and the target step, with "{target_output}" left in it,
+    and the end)."""
+    whole = alignment_prompt(tokenizer, _MARK, "{target_output}")
+    head, rest = whole.split(_MARK)
+    return head, rest
 
 
 def alignment_prompt(tokenizer, draft_step: str, target_step: str) -> str:
@@ -91,13 +104,19 @@ class ModelJudge(_Judge):
         if not yes or not no or yes[0] == no[0]:
             raise ValueError("the judge's tokenizer gives 'aligned' and 'unaligned' the same first token")
         self.yes_id, self.no_id = int(yes[0]), int(no[0])
+        # the prompt up to s1 is the same for every pair: its KV cache is computed once
+        self._head_text, self._rest = alignment_prompt_parts(self.tokenizer)
+        self._head = None
 
     def scores(self, pairs):
         if not pairs:
             return []
-        sequences = [self.tokenizer.encode(alignment_prompt(self.tokenizer, d, t), add_special_tokens=False)
-                     for d, t in pairs]
-        logits, _, _ = padded_forward(self.model, sequences)
+        if self._head is None:
+            from specloop.realmodels.reasoning.expansion import CommittedCache
+            self._head = CommittedCache(self.model, self.tokenizer.encode(self._head_text, add_special_tokens=False))
+        tails = [self.tokenizer.encode(d.strip() + self._rest.replace("{target_output}", t.strip()),
+                                       add_special_tokens=False) for d, t in pairs]
+        logits = last_logits_after(self._head, tails)
         two = torch.stack([logits[:, self.yes_id], logits[:, self.no_id]], dim=-1)
         return torch.softmax(two, dim=-1)[:, 0].tolist()
 

@@ -12,7 +12,8 @@ One round, on a committed context c (text, held as token ids by each model):
    step t_0..t_{gamma-1} in ONE batched forward loop over the ragged prefixes
    (optionally each prefix's step by token-level speculative decoding instead:
    `specloop.realmodels.decoder.SpeculativeDecoder` with an n-gram drafter, lossless);
-4. a judge compares d_{i+1} with t_i; the leading matched draft steps are accepted,
+4. a judge compares d_{i+1} with t_i, in order until the first mismatch (a judge
+   with ``batch_all`` scores all pairs at once); the leading matched steps are accepted,
    and after the first mismatch at i the target's own step t_i is appended (if all
    gamma match, the round commits the gamma draft steps only);
 5. the first mismatch gives Online-LR's preference pair (context, preferred = t_i,
@@ -276,10 +277,11 @@ def lookahead_generate(target: Participant, draft: Participant, judge, config: L
         expansions, spec_tokens, spec_rounds = _target_expand(t_side, prefixes, config, caps)
         after = time.perf_counter()
         pairs = [(p.text, e.text) for p, e in zip(proposals, expansions)]
-        scores = list(judge.scores(pairs))
+        scores = _judge_leading(judge, pairs)
         accepted = 0
-        while accepted < len(pairs) and scores[accepted] >= judge.threshold:
+        while accepted < len(scores) and scores[accepted] >= judge.threshold:
             accepted += 1
+        pairs = pairs[:len(scores)]
         end = time.perf_counter()
         judged.extend(pairs)
         committed_before = len(d_side.ids)
@@ -292,6 +294,21 @@ def lookahead_generate(target: Participant, draft: Participant, judge, config: L
                                 mid - start, after - mid, end - after, spec_tokens, spec_rounds))
     return ReasoningResult("".join(s for s, _ in budget.steps), budget.steps, rounds, budget.tokens,
                            budget.stop, feedback, judged)
+
+
+def _judge_leading(judge, pairs) -> list[float]:
+    """Scores of the pairs in order up to and including the first rejected one (only
+    the leading matches count, so later pairs need no judging). A judge with
+    ``batch_all = True`` scores every pair in one call instead (one batched forward
+    where that is cheaper than the saved ones, e.g. on a GPU)."""
+    if getattr(judge, "batch_all", False):
+        return list(judge.scores(pairs))
+    scores: list[float] = []
+    for pair in pairs:
+        scores.append(float(judge.scores([pair])[0]))
+        if scores[-1] < judge.threshold:
+            break
+    return scores
 
 
 def _draft_ids_of(proposals: list[StepOutput], count: int) -> list[int]:
