@@ -15,7 +15,7 @@ from specloop.realmodels.reasoning.judge import (ALIGNMENT_TEMPLATE, ConstantJud
 from specloop.realmodels.reasoning.lookahead import (LookaheadConfig, Participant, generate_alone,
                                                      lookahead_generate)
 from specloop.realmodels.reasoning.steps import StepRule
-from tests.realmodels.reasoning_util import EOS, ToyTokenizer, target_and_draft
+from tests.realmodels.reasoning_util import EOS, target_and_draft
 
 RULE = StepRule("\n", 10, "test")
 CONFIG = LookaheadConfig(num_draft_steps=3, max_new_tokens=30, rule=RULE)
