@@ -339,17 +339,17 @@ def wall_block(dtype: str, items, wall: list[int], snaps: dict, args, index) -> 
         run(ids_of[wall[0]], 8)
     for name, (drafter, dec) in drafters.items():
         dec.generate(ids_of[wall[0]], 8)
-    stats = {name: {"tokens": 0, "seconds": 0.0, "taus": [], "same": 0, "per_domain": {}}
+    stats = {name: {"tokens": 0, "seconds": 0.0, "rounds": 0, "same": 0, "per_domain": {}}
              for name in list(runners) + list(drafters)}
     domain_of = {it.index: it.dataset for it in items}
     load_before = os.getloadavg()
     for n, idx in enumerate(wall):
-        greedy_ids = None
         names = list(stats) if n % 2 == 0 else list(reversed(stats))
         outputs = {}
         for name in names:
+            rounds = 0
             if name in runners:
-                new_ids, seconds, tau = runners[name](ids_of[idx], args.max_new_tokens)
+                new_ids, seconds, _ = runners[name](ids_of[idx], args.max_new_tokens)
             else:
                 drafter, dec = drafters[name]
                 if name in snaps and idx in snaps[name]:
@@ -357,12 +357,12 @@ def wall_block(dtype: str, items, wall: list[int], snaps: dict, args, index) -> 
                 t0 = time.perf_counter()
                 result = dec.generate(ids_of[idx], args.max_new_tokens)
                 seconds = time.perf_counter() - t0
-                new_ids, tau = list(result.new_tokens), result.trace.mean_accepted_length()
+                new_ids, rounds = list(result.new_tokens), len(result.trace)
             outputs[name] = new_ids
             acc, dom = stats[name], stats[name]["per_domain"].setdefault(domain_of[idx], [0, 0.0])
             acc["tokens"] += len(new_ids)
             acc["seconds"] += seconds
-            acc["taus"].append(tau)
+            acc["rounds"] += rounds
             dom[0] += len(new_ids)
             dom[1] += seconds
         greedy_ids = outputs["hf-greedy"]
@@ -379,9 +379,8 @@ def wall_block(dtype: str, items, wall: list[int], snaps: dict, args, index) -> 
 def _wall_rows(stats: dict, prompts: int) -> dict:
     rows = {}
     for name, s in stats.items():
-        taus = [t for t in s["taus"] if not math.isnan(t)]
         rows[name] = {"tokens_per_s": s["tokens"] / s["seconds"], "new_tokens": s["tokens"],
-                      "mean_accepted_length": float(np.mean(taus)) if taus else math.nan,
+                      "mean_accepted_length": s["tokens"] / s["rounds"] if s["rounds"] else math.nan,
                       "identical_to_hf_greedy": f"{s['same']}/{prompts}",
                       "per_domain": {d: {"tokens_per_s": t / sec} for d, (t, sec) in s["per_domain"].items()}}
     base = rows["hf-greedy"]
@@ -525,6 +524,9 @@ def main(argv=None) -> int:
     for name in args.methods:
         run = replay_method(name, rec, target, items, args, index, set(wall) if name in args.wall_methods else set())
         replay[name] = summarise_replay(run, domain_of, costs, args.chunk)
+        if wall:       # the float32 wall clock must reproduce these (exact replay, restored state)
+            on_wall = np.isin(run["columns"]["stream_index"], wall)
+            replay[name]["tau_on_wall_prompts"] = round_summary(run["columns"], on_wall, costs)["mean_accepted_length"]
         if "hedge_report" in run:
             hedge[name] = hedge_analysis(run, items)
         snaps[name] = run["snapshots"]
@@ -544,7 +546,9 @@ def main(argv=None) -> int:
             "replay_pricing": "tau exact (greedy float32 recording); priced tokens/s = tokens / (measured drafting "
             "+ updates + verify seconds from the shipped SmolLM2 CPU table of each dtype)",
             "wall_state": "suffix / Hedge start each wall prompt from the replay's state at that prompt (float32 "
-            "stream); learned lengths likewise", "lookup_tokens": args.lookup_tokens,
+            "stream); learned lengths likewise; checks.float32_wall_tau_equals_replay tests it (Hedge prices "
+            "drafting on the wall clock, so its choices, hence tau, may differ between replay and wall)",
+            "lookup_tokens": args.lookup_tokens,
             "max_new_tokens": args.max_new_tokens, "load_note": LOAD_NOTE, "load_avg_start": load_start,
             "load_avg_after_replay": load_replay_end,
             "load_avg_by_dtype": {d: {"before": w["load_avg_before"], "after": w["load_avg_after"]}
@@ -554,7 +558,14 @@ def main(argv=None) -> int:
             "torch": torch.__version__, "transformers": transformers.__version__,
             "started": started.isoformat(timespec="seconds"),
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    result = {"meta": meta, "replay": replay, "hedge": hedge, "arctic": arctic,
+    checks = {}
+    if "float32" in walls:        # exactness: restored state + float32 decoder == the replay, prompt for prompt
+        rows = walls["float32"]["rows"]
+        checks["float32_wall_tau_equals_replay"] = {
+            m: {"wall": rows[m]["mean_accepted_length"], "replay": replay[m]["tau_on_wall_prompts"],
+                "equal": bool(abs(rows[m]["mean_accepted_length"] - replay[m]["tau_on_wall_prompts"]) < 1e-9)}
+            for m in rows if m in replay}
+    result = {"meta": meta, "checks": checks, "replay": replay, "hedge": hedge, "arctic": arctic,
               "learning_curve": learning_curve(replay, arctic, args.chunk), "wall_clock": walls,
               "targets": compute_targets(replay, hedge, arctic, walls)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
