@@ -92,6 +92,8 @@ def register(subparsers) -> None:
     from specloop.cli.stream_record_cmd import register_record
     register_record(sub)
     register_check(sub)
+    from specloop.cli.stream_scale_cmd import register_scale
+    register_scale(sub)
 
 
 def _check_args(args) -> None:

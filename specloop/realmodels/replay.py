@@ -228,6 +228,9 @@ class ReplayDecoder:
             tokens (default: `load_verify_cost(None, recording dtype)`).
         verify_widths: {block size: width} padding map, priced at the width (as the
             decoder would verify it), or None.
+        recorded_index: maps the ``stream_index`` a caller passes to the recording's
+            prompt index (a sub-stream, `stream_record.recorded_items` with
+            ``every``); None = the same index.
 
     Raises:
         ValueError: a sampled `SamplingConfig`, a target whose vocabulary, hidden
@@ -237,7 +240,7 @@ class ReplayDecoder:
 
     def __init__(self, recording, target, drafter: Drafter, *, policy: DraftPolicy | None = None, seed: int = 0,
                  verify_cost: VerifyCostTable | None = None, verify_widths: dict | None = None,
-                 sampling: SamplingConfig | None = None):
+                 sampling: SamplingConfig | None = None, recorded_index: Callable[[int], int] | None = None):
         if sampling is not None and not sampling.greedy:
             raise ValueError("a replay is exact only for greedy decoding (a sampled target's output "
                              "depends on the draft); use SpeculativeDecoder for sampling")
@@ -265,6 +268,7 @@ class ReplayDecoder:
         self.verify_cost = verify_cost if verify_cost is not None else \
             load_verify_cost(None, recording.settings["dtype"])
         self.verify_widths = verify_widths
+        self.recorded_index = recorded_index
 
     def _check_target(self, info: dict) -> None:
         config = self.model.config
@@ -300,7 +304,8 @@ class ReplayDecoder:
         from specloop.realmodels.decoder import check_max_new_tokens, validate_prompt
         max_new_tokens = check_max_new_tokens(max_new_tokens)
         ids = validate_prompt(prompt_ids, self.vocab_size, self.context_window)
-        record = self.recording.prompt(stream_index)
+        record = self.recording.prompt(stream_index if self.recorded_index is None
+                                       else self.recorded_index(stream_index))
         length = record["prompt_length"]
         if ids.numel() != length or not np.array_equal(ids.numpy(), np.asarray(record["tokens"][:length])):
             raise ValueError(f"prompt {stream_index} is not the recorded one ({ids.numel()} vs {length} tokens "

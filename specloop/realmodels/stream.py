@@ -184,6 +184,9 @@ class StreamRunner:
             first prompts.
         verify_cost: the replay's `VerifyCostTable` (None = the shipped table of the
             recording's dtype).
+        replay_indices: the recording's index of each stream prompt (a sub-stream,
+            `stream_record.recorded_items` with ``every``); None = prompt i is the
+            recording's prompt i.
 
     Raises:
         ValueError: empty stream.
@@ -191,7 +194,8 @@ class StreamRunner:
 
     def __init__(self, target, prompts: list[list[int]], out: str | os.PathLike, config: StreamConfig,
                  make_drafter: DrafterFactory | None = None,
-                 drafts_dir: str | os.PathLike | None = None, replay=None, verify_cost=None) -> None:
+                 drafts_dir: str | os.PathLike | None = None, replay=None, verify_cost=None,
+                 replay_indices: list[int] | None = None) -> None:
         if not prompts:
             raise ValueError("empty prompt stream")
         if replay is not None and config.online.get("background"):
@@ -199,6 +203,9 @@ class StreamRunner:
                              "variant (App. B.2, updates on another device) by the replay's speedup without "
                              "training instead of --background")
         self.replay, self.verify_cost = replay, verify_cost
+        self.replay_indices = None if replay_indices is None else [int(i) for i in replay_indices]
+        if self.replay_indices is not None and len(self.replay_indices) != len(prompts):
+            raise ValueError(f"replay_indices has {len(self.replay_indices)} entries for {len(prompts)} prompts")
         self.engine = "decoder" if replay is None else "replay"
         self.target = target
         self.prompts = [list(map(int, p)) for p in prompts]
@@ -232,7 +239,8 @@ class StreamRunner:
         if self.replay is not None:
             from specloop.realmodels.replay import ReplayDecoder
             return ReplayDecoder(self.replay, self.target, drafter, policy=FixedDraftPolicy(self.config.num_draft_tokens),
-                                 seed=self.config.seed + index, verify_cost=self.verify_cost)
+                                 seed=self.config.seed + index, verify_cost=self.verify_cost,
+                                 recorded_index=None if self.replay_indices is None else self.replay_indices.__getitem__)
         return SpeculativeDecoder(self.target, drafter, policy=FixedDraftPolicy(self.config.num_draft_tokens),
                                   seed=self.config.seed + index)
 

@@ -593,27 +593,38 @@ class Recording:
                 "stop_reason": str(data["stop_reason"][j])}
 
 
-def recorded_items(recording: Recording, limit: int | None = None) -> list:
+def recorded_items(recording: Recording, limit: int | None = None, every: int = 1) -> list:
     """The recording's prompts as `specloop.data.streams.StreamItem` s (ids = the
-    templated prompt tokens), the first ``limit`` (None = all), in stream order.
+    templated prompt tokens; ``index`` = the prompt's index in the recording), in
+    stream order: every ``every``-th prompt (0, every, 2 every, ...; a sub-stream
+    with the recording's domain order and proportions), the first ``limit`` of them
+    (None = all).
 
     Raises:
-        ValueError: ``limit`` < 1 or above the prompts recorded.
+        ValueError: ``every`` < 1, ``limit`` < 1 or above the prompts available.
     """
     from specloop.data.streams import StreamItem
-    total = recording.num_prompts
+    if int(every) < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    total = len(range(0, recording.num_prompts, int(every)))
     count = total if limit is None else int(limit)
     if not 1 <= count <= total:
-        raise ValueError(f"asked for {limit} prompts; the recording at {recording.folder} has {total}")
+        raise ValueError(f"asked for {limit} prompts; the recording at {recording.folder} has {total}"
+                         + (f" taking every {every}-th" if every != 1 else ""))
     items = []
-    for number, shard in enumerate(recording.manifest["shards"]):
+    for shard in recording.manifest["shards"]:
         if len(items) >= count:
             break
+        first = int(shard["first_index"])
+        wanted = [j for j in range(shard["prompts"]) if (first + j) % int(every) == 0]
+        if not wanted:
+            continue
         with np.load(recording.folder / shard["file"], allow_pickle=False) as data:   # only these members
             offsets, lengths, tokens = data["offsets"], data["prompt_lengths"], data["tokens"]
-            for j, index in enumerate(data["stream_index"][: count - len(items)]):
+            for j in wanted[: count - len(items)]:
                 a = int(offsets[j])
-                items.append(StreamItem(int(index), str(data["dataset"][j]), str(data["prompt_id"][j]), "",
+                items.append(StreamItem(int(data["stream_index"][j]), str(data["dataset"][j]),
+                                        str(data["prompt_id"][j]), "",
                                         tuple(int(t) for t in tokens[a:a + int(lengths[j])])))
     return items
 

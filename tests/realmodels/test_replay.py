@@ -188,3 +188,24 @@ def test_check_replay_matches_and_stream_runner_replays_resumably(target, record
                      ).run_method("opt-hydra")
     with pytest.raises(ValueError, match="background"):
         StreamRunner(target, ids, tmp_path / "bg", _config(background=True), replay=rec, verify_cost=COST)
+
+
+def test_sub_stream_replays_the_recordings_own_prompts(target, recording, tmp_path):
+    from specloop.realmodels.stream import StreamRunner
+    from specloop.realmodels.stream_record import recorded_items
+    from specloop.record import Trace
+    rec, items = recording
+    sub = recorded_items(rec, every=2)
+    assert [i.index for i in sub] == [0, 2, 4] and [i.ids for i in sub] == [items[j].ids for j in (0, 2, 4)]
+    runner = StreamRunner(target, [list(i.ids) for i in sub], tmp_path, _config(), lambda spec: _ngram(),
+                          replay=rec, verify_cost=COST, replay_indices=[i.index for i in sub])
+    runner.run_method("hydra")
+    got = Trace.load(tmp_path / "hydra" / "rounds.jsonl")
+    replay = ReplayDecoder(rec, target, _ngram(), policy=FixedDraftPolicy(3), verify_cost=COST)
+    for position, item in enumerate(sub):
+        expected = replay.generate(list(item.ids), NEW, stream_index=item.index).trace
+        assert [_key(r)[2:] for r in got if r.stream_index == position] == [_key(r)[2:] for r in expected]
+    with pytest.raises(ValueError, match="every must be"):
+        recorded_items(rec, every=0)
+    with pytest.raises(ValueError, match="replay_indices has"):
+        StreamRunner(target, [list(i.ids) for i in sub], tmp_path, _config(), replay=rec, replay_indices=[0])

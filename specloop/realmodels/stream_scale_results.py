@@ -1,0 +1,190 @@
+"""The online-at-scale grid's results (issue 19 s.3-4): per protocol, the stream JSON of
+``specloop stream`` per method (aggregated over seeds), the learning-rate grid, tau
+against the stream length T, the issue's targets as computed verdicts, and figures.
+
+Per protocol (``summary-<protocol>.json``; all protocols in ``summary.json``):
+
+* ``methods[m]`` (default learning rate): ``mean_accepted_length`` (mean over seeds),
+  ``seeds`` (tau of each seed), ``speedup`` / ``speedup_with_training`` (replayed
+  tokens/s over the greedy baseline's, update time excluded / included; App. B.2's
+  asynchronous and serial prices), ``per_chunk`` / ``per_domain`` (tau, seed mean),
+  ``tau_vs_T`` (tau over the first T prompts), ``update_seconds``, and for an online
+  method ``vs_frozen`` (`stream_compare.paired_gain` of the per-prompt tau pooled over
+  seeds against the frozen draft: ``gain``, ``gain_ci``, ``wilcoxon_p``, per domain).
+* ``lr_grid[m]``: {learning rate: tau} of the learning-rate jobs (Table 5 (i)-(ii)).
+* ``targets``: each target of the issue with its numbers and a boolean (None when a
+  method it needs did not run).
+
+Figures: ``per_chunk-<protocol>.png`` (tau per chunk, OnlineSpec Figure 3),
+``tau_vs_T-<protocol>.png`` (Table 5 (iii)), ``lr-<protocol>.png`` (sensitivity).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["protocol_summary", "scale_targets", "write_results", "t_grid"]
+
+
+def t_grid(num_prompts: int) -> list[int]:
+    """Stream lengths T for tau against T: quarters of the stream (at least 1 prompt),
+    the whole stream last."""
+    return sorted({max(1, round(num_prompts * f)) for f in (0.25, 0.5, 0.75, 1.0)})
+
+
+def _pooled(rows_by_seed: Sequence[Sequence[dict]]) -> list[dict]:
+    """Per-prompt rounds and tokens summed over seeds (the prompt's tau pooled over seeds)."""
+    out: dict[int, list[int]] = {}
+    for rows in rows_by_seed:
+        for p in rows:
+            acc = out.setdefault(int(p["index"]), [0, 0])
+            acc[0] += int(p["rounds"])
+            acc[1] += int(p["tokens"])
+    return [{"index": i, "rounds": r, "tokens": t} for i, (r, t) in sorted(out.items())]
+
+
+def _tau(rows: Sequence[dict], upto: int | None = None) -> float:
+    chosen = [p for p in rows if upto is None or p["index"] < upto]
+    rounds = sum(p["rounds"] for p in chosen)
+    return sum(p["tokens"] for p in chosen) / rounds if rounds else math.nan
+
+
+def _method_row(summaries: list[dict], base_tps: float, domains: list[str]) -> dict:
+    from specloop.realmodels.stream_compare import domain_accepted_length
+    taus = [s["mean_accepted_length"] for s in summaries]
+    pooled = _pooled([s["prompts"] for s in summaries])
+    chunks = [np.mean([c[i]["mean_accepted_length"] for c in (s["chunks"] for s in summaries)])
+              for i in range(min(len(s["chunks"]) for s in summaries))]
+    return {"mean_accepted_length": float(np.mean(taus)), "seeds": taus,
+            "speedup": float(np.mean([s["tokens_per_s"] for s in summaries])) / base_tps,
+            "speedup_with_training": float(np.mean([s["tokens_per_s_with_training"] for s in summaries])) / base_tps,
+            "update_seconds": float(np.mean([s["update_seconds"] for s in summaries])),
+            "per_chunk": [float(x) for x in chunks],
+            "per_domain": domain_accepted_length(pooled, domains),
+            "tau_vs_T": {str(t): _tau(pooled, t) for t in t_grid(len(domains))},
+            "prompts": pooled}
+
+
+def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol: str) -> dict:
+    """One protocol's summary (module docstring).
+
+    Args:
+        results: `ScaleJob` -> `run_job` result (or an exception) for this protocol.
+        baseline: the greedy baseline's `run_job` result.
+        domains: dataset of each stream prompt.
+        protocol: its name.
+    """
+    from specloop.realmodels.stream import METHODS, resolve_method
+    from specloop.realmodels.stream_compare import paired_gain
+    base_tps = baseline["tokens_per_s"]
+    grouped: dict[str, list[dict]] = {}
+    lr_grid: dict[str, dict[str, float]] = {}
+    failed = {}
+    for job, value in results.items():
+        if isinstance(value, Exception):
+            failed[job.name] = str(value)
+        elif job.lr is None:
+            grouped.setdefault(job.method, []).append(value)
+        else:
+            lr_grid.setdefault(job.method, {})[f"{job.lr:g}"] = value["mean_accepted_length"]
+    methods = {name: {"label": resolve_method(name).label, **_method_row(rows, base_tps, domains)}
+               for name, rows in grouped.items()}
+    for name, row in methods.items():
+        spec = resolve_method(name)
+        frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
+        if spec.learner is not None and frozen in methods:
+            a, b = methods[frozen]["prompts"], row["prompts"]
+            row["vs_frozen"] = {"frozen": frozen, **paired_gain(a, b), "per_domain": {
+                d: paired_gain([p for p in a if domains[p["index"]] == d], [p for p in b if domains[p["index"]] == d])
+                for d in dict.fromkeys(domains)}}
+    for row in methods.values():
+        row.pop("prompts")
+    return {"protocol": protocol, "methods": methods, "lr_grid": lr_grid, "failed": failed,
+            "baseline_tokens_per_s": base_tps, "stream": domains,
+            "targets": scale_targets(methods, lr_grid)}
+
+
+def scale_targets(methods: dict, lr_grid: dict) -> dict:
+    """The issue's targets (s.4) as verdicts with their numbers: online >= +20 % tau
+    over frozen with the interval above 0 (Opt-Hydra, Ens-EAGLE-3); the ordering
+    frozen < OSD < optimistic / ensemble; the ensemble within 2 % of the best single
+    learning rate in hindsight; speedup with training >= 1.1x the frozen draft's."""
+    out = {}
+    for name in ("opt-hydra", "ens-eagle3"):
+        vs = methods.get(name, {}).get("vs_frozen")
+        out[f"{name}_gain_20pct"] = None if vs is None else {
+            "gain": vs["gain"], "gain_ci": vs["gain_ci"],
+            "holds": bool(vs["gain"] >= 0.20 and vs["gain_ci"][0] > 0)}
+        frozen = None if vs is None else methods.get(vs["frozen"])
+        out[f"{name}_speedup_with_training_1.1x"] = None if frozen is None else {
+            "ratio": methods[name]["speedup_with_training"] / frozen["speedup"],
+            "holds": bool(methods[name]["speedup_with_training"] >= 1.1 * frozen["speedup"])}
+    for kind in ("hydra", "eagle", "eagle3"):
+        names = [kind, f"osd-{kind}", f"opt-{kind}", f"ens-{kind}"]
+        tau = {n: methods[n]["mean_accepted_length"] for n in names if n in methods}
+        if kind in tau and f"osd-{kind}" in tau and (f"opt-{kind}" in tau or f"ens-{kind}" in tau):
+            best = max(tau.get(f"opt-{kind}", -math.inf), tau.get(f"ens-{kind}", -math.inf))
+            out[f"ordering_{kind}"] = {"tau": tau, "holds": bool(tau[kind] < tau[f"osd-{kind}"] < best)}
+        grid = {**lr_grid.get(f"ogd-{kind}", {}), **lr_grid.get(f"osd-{kind}", {})}
+        ens = methods.get(f"ens-{kind}", {}).get("mean_accepted_length")
+        if grid and ens is not None:
+            best_lr = max(grid.values())
+            out[f"ensemble_vs_best_lr_{kind}"] = {"ensemble": ens, "best_single_lr": best_lr,
+                                                  "gap": ens / best_lr - 1, "holds": bool(ens >= 0.98 * best_lr)}
+    return out
+
+
+def write_results(summaries: dict[str, dict], out: str | Path) -> Path:
+    """Write ``summary.json``, ``summary-<protocol>.json`` and the figures; returns
+    the folder."""
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "summary.json").write_text(json.dumps(summaries, indent=1), encoding="utf-8")
+    for protocol, summary in summaries.items():
+        (folder / f"summary-{protocol}.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
+        _plot(summary, folder, protocol)
+    return folder
+
+
+def _plot(summary: dict, folder: Path, protocol: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from specloop.realmodels.stream import resolve_method
+    methods = summary["methods"]
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for i, (name, m) in enumerate(methods.items()):
+        ax.plot(m["per_chunk"], "-" if resolve_method(name).learner else "--", marker="o", ms=3, color=f"C{i}",
+                label=m["label"])
+    ax.set(xlabel="chunk (stream order)", ylabel="mean accepted length", title=f"per-chunk tau ({protocol})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / f"per_chunk-{protocol}.png", dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for i, (name, m) in enumerate(methods.items()):
+        ts = sorted(int(t) for t in m["tau_vs_T"])
+        ax.plot(ts, [m["tau_vs_T"][str(t)] for t in ts], marker="o", ms=3, color=f"C{i}", label=m["label"])
+    ax.set(xlabel="T (prompts served)", ylabel="mean accepted length", title=f"tau against T ({protocol})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(folder / f"tau_vs_T-{protocol}.png", dpi=120)
+    plt.close(fig)
+    if summary["lr_grid"]:
+        fig, ax = plt.subplots(figsize=(5, 3.4))
+        for i, (name, grid) in enumerate(summary["lr_grid"].items()):
+            lrs = sorted(grid, key=float)
+            ax.plot([float(x) for x in lrs], [grid[x] for x in lrs], marker="o", color=f"C{i}", label=name)
+            ens = methods.get("ens-" + resolve_method(name).drafter)
+            if ens:
+                ax.axhline(ens["mean_accepted_length"], color=f"C{i}", ls=":", label=ens["label"])
+        ax.set(xscale="log", xlabel="learning rate", ylabel="mean accepted length",
+               title=f"learning-rate sensitivity ({protocol})")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(folder / f"lr-{protocol}.png", dpi=120)
+        plt.close(fig)
