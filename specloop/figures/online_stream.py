@@ -95,6 +95,47 @@ def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
     return data, ""
 
 
+# -- the replay check (issue 19): record the stream's target side, replay, compare ----------
+def _replay_check(cfg: dict, out: Path) -> dict:
+    """Record the stream ``specloop stream`` just served (batched greedy,
+    `stream_record.record_stream`), replay every method it ran against the recording
+    with the same settings (`StreamRunner` with ``replay=``) and compare round by round
+    with the decoder's records (`replay_check.compare_traces`). Returns per method
+    rounds / matching_rounds / tau_real / tau_replay, or {"error": why}."""
+    from specloop.data.streams import build_stream
+    from specloop.realmodels.replay_check import compare_traces
+    from specloop.realmodels.stream import StreamConfig, StreamRunner
+    from specloop.realmodels.stream_record import RecordSettings, head_feature_layers, open_recording, record_stream
+    from specloop.realmodels.stream_results import STREAM_ONLINE_DEFAULTS
+    from specloop.record import Trace
+    target = load_target(DEFAULT_TARGET, dtype="float32")
+    count = cfg["per_dataset"] * len(DATASET_ORDER)
+    items = build_stream(",".join(DATASET_ORDER), count, target.tokenizer, max_prompt_tokens=512)
+    settings = RecordSettings(target=DEFAULT_TARGET, dtype="float32", datasets=DATASET_ORDER, split="heldout",
+                              order="shift", prompts=count, max_new_tokens=cfg["max_new_tokens"],
+                              max_prompt_tokens=512, chat_template=True, top_m=32,
+                              layers=head_feature_layers(target.model.config), batch_size=count, shard_size=count)
+    folder = out / "stream_recording"
+    record_stream(target, items, folder, settings, check_prompts=0)
+    config = StreamConfig(chunk=cfg["chunk"], max_new_tokens=cfg["max_new_tokens"], num_draft_tokens=cfg["k"],
+                          online=dict(STREAM_ONLINE_DEFAULTS))
+    runner = StreamRunner(target, [list(i.ids) for i in items], out / "stream_replay", config,
+                          replay=open_recording(folder))
+    checks = {}
+    for method in cfg["methods"]:
+        live = out / "stream" / method / "rounds.jsonl"
+        if not live.is_file():
+            continue
+        try:
+            runner.run_method(method)
+        except (ValueError, FileNotFoundError) as exc:
+            checks[method] = {"error": str(exc)}
+            continue
+        row = compare_traces(Trace.load(live), Trace.load(out / "stream_replay" / method / "rounds.jsonl"))
+        checks[method] = {k: row[k] for k in ("rounds", "matching_rounds", "tau_real", "tau_replay")}
+    return checks
+
+
 # -- source 2: frozen drafts served here ------------------------------------------------
 def _serve_frozen(cfg: dict) -> tuple[list[dict], list[str]]:
     decoder_mod = require("specloop.realmodels.decoder", "SpeculativeDecoder",
@@ -215,6 +256,18 @@ def _claims(rows: list[dict], stream_json: dict | None = None) -> list[dict]:
     return claims
 
 
+def _replay_note(replay: dict | None) -> str:
+    """One line on the replay check (issue 19): rounds matching per method."""
+    if not replay:
+        return "Replay check: not run (no `specloop stream` result)."
+    if "error" in replay:
+        return f"Replay check: could not run ({replay['error']})."
+    parts = [f"{m}: {r['matching_rounds']}/{r['rounds']} rounds equal, tau {r['tau_real']:.3f} decoder vs "
+             f"{r['tau_replay']:.3f} replay" if "rounds" in r else f"{m}: {r['error']}" for m, r in replay.items()]
+    return ("Replay check (the stream recorded batched, every method replayed against the recording and "
+            "compared with the decoder round for round): " + "; ".join(parts) + ".")
+
+
 def _nan(value) -> float:
     """``value`` as a float, None -> NaN (JSON writes NaN as null)."""
     return float("nan") if value is None else float(value)
@@ -254,8 +307,14 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
     stream_json, why = _from_stream_command(cfg, out)
+    replay = None
     if stream_json is not None:
         write_json(out / "stream.json", stream_json)
+        try:
+            replay = _replay_check(cfg, out)
+        except (ImportError, ValueError, FileNotFoundError) as exc:
+            replay = {"error": str(exc)}
+        write_json(out / "replay_check.json", replay)
         rows = _rows_from_stream_json(stream_json)
         source = "specloop stream (issue 7), methods " + ", ".join(stream_json["methods"])
         if stream_json.get("failed"):
@@ -277,6 +336,6 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
         data_paths=[data], image_paths=images, claims=_claims(rows, stream_json), table=table,
         numbers={"prompts_per_dataset": cfg["per_dataset"], "chunk_prompts": cfg["chunk"],
                  "max_new_tokens": cfg["max_new_tokens"]},
-        notes=[f"Source: {source}.",
+        notes=[f"Source: {source}.", _replay_note(replay),
                "Stream order: held-out HumanEval, then MT-bench, then IFBench prompts "
                "(domain shifts at chunk boundaries); greedy decoding, float32."])

@@ -105,6 +105,9 @@ def test_online_replay_equals_decoder_round_for_round(target, recording):
             result = decoder.generate(list(item.ids), NEW, stream_index=item.index)
             rows += [_key(r) for r in result.trace]
             losses += [r.loss for r in result.trace]
+            recorded = rec.prompt(item.index)
+            # updates never change the target's output: both engines commit the recorded greedy tokens
+            assert list(result.new_tokens) == recorded["tokens"][recorded["prompt_length"]:].tolist()
         adapter.close()
         traces.append((rows, losses, [p.detach().clone() for p in inner.parameters()]))
     (real_rows, real_loss, real_params), (rows, loss, params) = traces
