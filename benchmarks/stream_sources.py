@@ -17,7 +17,9 @@ SmolLM2-135M float32 greedy, 128 new tokens). Three parts, one run:
    refuses heads: a round they did not draft would corrupt their own cache). Rows: tau
    (``mean_accepted_length``, bonus included), verified nodes per round, priced tokens/s
    (drafting + updates measured, verification priced from the shipped cost table of each
-   dtype) and its ratio to priced greedy, per domain and per ``--chunk`` requests.
+   dtype) and its ratio to priced greedy, per domain and per ``--chunk`` requests. Rows whose
+   drafting reads the cost table (cost rules, Hedge's loss) are replayed once per table
+   (``--replay-tables``), tuned to the dtype they are priced in.
 2. **Peer**: Arctic Inference 0.3.0's ``SuffixDecodingCache`` (`arctic_peer.build_arctic`,
    its C++ extension built here) served the same prompts and recorded responses in the same
    order at the same verify budget (``--budget`` nodes, chain and tree), tau of its proposals
@@ -62,6 +64,8 @@ SOURCES = ("ngram", "ngram-learned", "datastore", "suffix", "suffix-chain", "eag
 HEDGES = ("hedge-choose", "hedge-merge", "hedge-sources")
 #: the model-free sources Hedge mixes (the plain-name rows above, same plans)
 HEDGE_SOURCES = ("suffix", "ngram", "ngram-learned", "datastore")
+#: rows whose rounds do not depend on the cost table (no cost rule, no Hedge loss): replayed once
+TABLE_FREE = ("ngram", "datastore", "eagle3")
 WALL_METHODS = ("ngram", "ngram-learned", "datastore", "suffix", "eagle3", "hedge-choose", "hedge-merge")
 LOAD_NOTE = ("2 CPU cores shared with other jobs: wall-clock tokens/s and their ratios are meaningful only "
              "when the 1-minute load average stays low (below ~2.5) through a dtype's block")
@@ -167,12 +171,13 @@ def restore(drafter, snap: tuple) -> None:
 
 
 # -- part 1: replay ----------------------------------------------------------------------
-def replay_method(name: str, rec, target, items, args, index, wall_indices: set) -> dict:
-    """Replay ``items`` in order with one drafter; per-round columns, per-prompt domains,
-    snapshots at the wall prompts and (Hedge) the cumulative losses after every prompt."""
+def replay_method(name: str, rec, target, items, args, index, wall_indices: set, table: str = "float32") -> dict:
+    """Replay ``items`` in order with one drafter whose cost rules / Hedge loss read the
+    ``table`` dtype's verify costs; per-round columns, snapshots at the wall prompts and
+    (Hedge) the cumulative losses after every prompt."""
     from specloop.realmodels.drafters.hedge import HedgeDrafter
     from specloop.realmodels.replay import ReplayDecoder
-    drafter, policy = build_method(name, target, "float32", args, index)
+    drafter, policy = build_method(name, target, table, args, index)
     cols = {k: [] for k in ("stream_index", "tokens", "verified", "nodes", "draft", "update")}
     snaps, hedge_losses = {}, []
     t0 = time.perf_counter()
@@ -195,7 +200,7 @@ def replay_method(name: str, rec, target, items, args, index, wall_indices: set)
     if isinstance(drafter, HedgeDrafter):
         out["hedge_report"] = drafter.report()
         out["hedge_losses"] = np.asarray(hedge_losses)
-    print(f"[replay] {name}: {out['seconds']:.0f} s", file=sys.stderr)
+    print(f"[replay {table} table] {name}: {out['seconds']:.0f} s", file=sys.stderr)
     return out
 
 
@@ -414,8 +419,9 @@ def _target(value: float, threshold: float, **extra) -> dict:
     return {**extra, "value": value, "threshold": threshold, "met": bool(value >= threshold)}
 
 
-def compute_targets(replay: dict, hedge: dict, arctic: dict, wall: dict) -> dict:
-    """Issue 21's targets as booleans with the numbers they come from (module docstring)."""
+def compute_targets(replays: dict, hedges: dict, arctic: dict, wall: dict) -> dict:
+    """Issue 21's targets as booleans with the numbers they come from (module docstring);
+    the replay targets once per cost table (``replays`` / ``hedges``: table -> rows)."""
     out = {}
     block = wall.get("bfloat16")
     if block is None:
@@ -431,12 +437,19 @@ def compute_targets(replay: dict, hedge: dict, arctic: dict, wall: dict) -> dict
             if block["best_hf_prompt_lookup"]:
                 out["bf16_best_suffix_or_hedge_vs_hf_prompt_lookup"] = _target(
                     rows[best]["vs_hf_prompt_lookup"], 1.3, method=best, lookup=block["best_hf_prompt_lookup"])
+    for table, replay in replays.items():
+        out.update(_replay_targets(replay, hedges.get(table, {}), arctic, table))
+    return out
+
+
+def _replay_targets(replay: dict, hedge: dict, arctic: dict, table: str) -> dict:
+    out = {}
     for kind, ours in (("chain", "suffix-chain"), ("tree", "suffix")):
         if kind in arctic and ours in replay:
             theirs = arctic[kind]["mean_accepted_length"]
-            out[f"suffix_tau_vs_arctic_{kind}"] = _target(replay[ours]["mean_accepted_length"], theirs,
-                                                          method=ours, budget_nodes=arctic.get("budget"))
-    metric = "priced_tokens_per_s_float32"
+            out[f"suffix_tau_vs_arctic_{kind}_{table}_table"] = _target(
+                replay[ours]["mean_accepted_length"], theirs, method=ours, budget_nodes=arctic.get("budget"))
+    metric = f"priced_tokens_per_s_{table}"
     alone = {m: replay[m][metric] for m in HEDGE_SOURCES if m in replay}
     if alone:
         best = max(alone, key=alone.get)
@@ -447,7 +460,7 @@ def compute_targets(replay: dict, hedge: dict, arctic: dict, wall: dict) -> dict
             if name not in replay:
                 continue
             ratio = replay[name][metric] / alone[best]
-            out[f"{name}_vs_best_single_source"] = {
+            out[f"{name}_vs_best_single_source_{table}_table"] = {
                 "metric": metric, "best_single_source": best, "best_source_by_domain": by_domain,
                 "best_source_changes": changes, "ratio": ratio, "within_2_percent": bool(ratio >= 0.98),
                 "above_best": bool(ratio > 1.0), "tau_ratio": replay[name]["mean_accepted_length"]
@@ -483,14 +496,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None,
                         help="torch threads of the wall clock (default torch's; on a loaded 2-core machine 2 "
                              "threads contend badly, 1 is steadier); the replay always runs on 1")
+    parser.add_argument("--replay-tables", default="float32,bfloat16",
+                        help="verify-cost tables the replay prices (and tunes the cost rules / Hedge loss) with")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.methods, args.wall_methods, args.dtypes = _split(args.methods), _split(args.wall_methods), _split(args.dtypes)
     args.lookup_tokens = [int(x) for x in _split(args.lookup_tokens)]
+    args.replay_tables = _split(args.replay_tables)
     known = set(SOURCES + HEDGES)
     bad = [m for m in args.methods + args.wall_methods if m not in known]
     if bad or (args.threads is not None and args.threads < 1) or min(args.budget, args.eagle3_k, args.chunk, args.max_new_tokens) < 1 or args.wall_prompts < 0 \
-            or any(d not in ("float32", "bfloat16") for d in args.dtypes) \
+            or not args.replay_tables or any(d not in ("float32", "bfloat16") for d in args.dtypes + args.replay_tables) \
             or (args.limit_prompts is not None and args.limit_prompts < 1):
         parser.error(f"unknown methods {bad} (known: {sorted(known)}) or a size < 1 or a dtype other than "
                      "float32/bfloat16")
@@ -520,20 +536,27 @@ def main(argv=None) -> int:
     started, load_start = datetime.now(timezone.utc), os.getloadavg()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)          # the replay's feedback rows are small tensors: threads only contend
-    replay, hedge, snaps = {}, {}, {}
-    for name in args.methods:
-        run = replay_method(name, rec, target, items, args, index, set(wall) if name in args.wall_methods else set())
-        replay[name] = summarise_replay(run, domain_of, costs, args.chunk)
-        if wall:       # the float32 wall clock must reproduce these (exact replay, restored state)
-            on_wall = np.isin(run["columns"]["stream_index"], wall)
-            replay[name]["tau_on_wall_prompts"] = round_summary(run["columns"], on_wall, costs)["mean_accepted_length"]
-        if "hedge_report" in run:
-            hedge[name] = hedge_analysis(run, items)
-        snaps[name] = run["snapshots"]
+    replay, hedge, snaps = ({t: {} for t in args.replay_tables} for _ in range(3))
+    for table in args.replay_tables:
+        for name in args.methods:
+            if name in TABLE_FREE and table != args.replay_tables[0]:     # same rounds under any table
+                first = args.replay_tables[0]
+                replay[table][name], snaps[table][name] = replay[first][name], snaps[first][name]
+                continue
+            run = replay_method(name, rec, target, items, args, index,
+                                set(wall) if name in args.wall_methods else set(), table)
+            row = replay[table][name] = summarise_replay(run, domain_of, costs, args.chunk)
+            if wall:       # the float32 wall clock must reproduce these (exact replay, restored state)
+                on_wall = np.isin(run["columns"]["stream_index"], wall)
+                row["tau_on_wall_prompts"] = round_summary(run["columns"], on_wall, costs)["mean_accepted_length"]
+            if "hedge_report" in run:
+                hedge[table][name] = hedge_analysis(run, items)
+            snaps[table][name] = run["snapshots"]
     arctic = {} if args.no_arctic else {**arctic_rows(rec, items, args), "budget": args.budget}
     load_replay_end = os.getloadavg()
     torch.set_num_threads(args.threads or threads)    # the wall clock: torch's default unless --threads
-    walls = {dtype: wall_block(dtype, items, wall, snaps, args, index) for dtype in args.dtypes} if wall else {}
+    walls = {dtype: wall_block(dtype, items, wall, snaps.get(dtype) or snaps[args.replay_tables[0]], args, index)
+             for dtype in args.dtypes} if wall else {}
     meta = {"recording": str(args.recording), "recording_complete": bool(rec.manifest.get("complete")),
             "recording_settings": rec.settings, "prompts_replayed": len(items),
             "prompts_per_domain": {d: sum(1 for it in items if it.dataset == d) for d in dict.fromkeys(domain_of.values())},
@@ -544,7 +567,8 @@ def main(argv=None) -> int:
             "hedge_sources": list(HEDGE_SOURCES), "hedge_note": "EAGLE-3 is not a Hedge source: the hedge drafter "
             "refuses heads (a round they did not draft would corrupt their own draft cache)",
             "replay_pricing": "tau exact (greedy float32 recording); priced tokens/s = tokens / (measured drafting "
-            "+ updates + verify seconds from the shipped SmolLM2 CPU table of each dtype)",
+            "+ updates + verify seconds from the shipped SmolLM2 CPU table of each dtype); replay[T] = drafters "
+            "whose cost rules / Hedge loss read table T (ngram, datastore, eagle3 do not: shared rows)",
             "wall_state": "suffix / Hedge start each wall prompt from the replay's state at that prompt (float32 "
             "stream); learned lengths likewise; checks.float32_wall_tau_equals_replay tests it (Hedge prices "
             "drafting on the wall clock, so its choices, hence tau, may differ between replay and wall)",
@@ -559,14 +583,15 @@ def main(argv=None) -> int:
             "started": started.isoformat(timespec="seconds"),
             "finished": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     checks = {}
-    if "float32" in walls:        # exactness: restored state + float32 decoder == the replay, prompt for prompt
-        rows = walls["float32"]["rows"]
+    if "float32" in walls and "float32" in replay:   # exactness: restored state + float32 decoder == replay
+        rows, tables = walls["float32"]["rows"], replay["float32"]
         checks["float32_wall_tau_equals_replay"] = {
-            m: {"wall": rows[m]["mean_accepted_length"], "replay": replay[m]["tau_on_wall_prompts"],
-                "equal": bool(abs(rows[m]["mean_accepted_length"] - replay[m]["tau_on_wall_prompts"]) < 1e-9)}
-            for m in rows if m in replay}
+            m: {"wall": rows[m]["mean_accepted_length"], "replay": tables[m]["tau_on_wall_prompts"],
+                "equal": bool(abs(rows[m]["mean_accepted_length"] - tables[m]["tau_on_wall_prompts"]) < 1e-9)}
+            for m in rows if m in tables}
     result = {"meta": meta, "checks": checks, "replay": replay, "hedge": hedge, "arctic": arctic,
-              "learning_curve": learning_curve(replay, arctic, args.chunk), "wall_clock": walls,
+              "learning_curve": {t: learning_curve(r, arctic, args.chunk) for t, r in replay.items()},
+              "wall_clock": walls,
               "targets": compute_targets(replay, hedge, arctic, walls)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(result, indent=1, default=float)

@@ -44,5 +44,5 @@ def test_hedge_target(hedge_rate, changes, met):
     replay = _replay(rates)
     best = max(r["priced_tokens_per_s_float32"] for r in replay.values())
     replay["hedge-choose"] = {"priced_tokens_per_s_float32": hedge_rate * best / 10.0, "mean_accepted_length": 2.0}
-    row = compute_targets(replay, {}, {}, {})["hedge-choose_vs_best_single_source"]
+    row = compute_targets({"float32": replay}, {}, {}, {})["hedge-choose_vs_best_single_source_float32_table"]
     assert row["best_source_changes"] is changes and row["met"] is met
