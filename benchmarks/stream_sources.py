@@ -104,8 +104,10 @@ def tree_plan(budget: int):
 
 def build_method(name: str, target, dtype: str, args, index):
     """(drafter, policy) of a method row; ``dtype`` picks the shipped verify-cost column the
-    cost rules and Hedge's loss read."""
-    from specloop.realmodels.drafters.base import Drafter
+    cost rules and Hedge's loss read (the EAGLE-3 head takes the target's own dtype).
+
+    Raises:
+        ValueError: an unknown method; FileNotFoundError: no shipped EAGLE-3 head."""
     from specloop.realmodels.drafters.datastore import DatastoreDrafter
     from specloop.realmodels.drafters.hedge import HEDGE_SOURCES_DRAFTER, HedgeDrafter
     from specloop.realmodels.drafters.ngram import NGramDrafter
@@ -127,7 +129,8 @@ def build_method(name: str, target, dtype: str, args, index):
     if name == "suffix-chain":
         return SuffixDrafter(dtype=dtype), FixedDraftPolicy(budget)
     if name == "eagle3":
-        head = make_drafter("eagle3", target, train_if_missing=False, progress=False, dtype=dtype)
+        model_dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")   # the head runs as the target
+        head = make_drafter("eagle3", target, train_if_missing=False, progress=False, dtype=model_dtype)
         return head, FixedDraftPolicy(args.eagle3_k)
     if name in ("hedge-choose", "hedge-merge"):
         parts = {n: build_method(n, target, dtype, args, index)[0] for n in HEDGE_SOURCES}
@@ -557,7 +560,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads or threads)    # the wall clock: torch's default unless --threads
     walls = {dtype: wall_block(dtype, items, wall, snaps.get(dtype) or snaps[args.replay_tables[0]], args, index)
              for dtype in args.dtypes} if wall else {}
-    meta = {"recording": str(args.recording), "recording_complete": bool(rec.manifest.get("complete")),
+    complete = bool(rec.manifest.get("complete")) and len(items) == int(rec.settings["prompts"])
+    meta = {"full_run": bool(complete and set(walls) == {"float32", "bfloat16"}),
+            "recording": str(args.recording), "recording_complete": bool(rec.manifest.get("complete")),
             "recording_settings": rec.settings, "prompts_replayed": len(items),
             "prompts_per_domain": {d: sum(1 for it in items if it.dataset == d) for d in dict.fromkeys(domain_of.values())},
             "wall_prompts": wall, "budget_nodes": args.budget, "eagle3_k": args.eagle3_k, "chunk": args.chunk,
