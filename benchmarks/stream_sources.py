@@ -225,7 +225,9 @@ def round_summary(c: dict, mask, costs: dict) -> dict:
     for dtype, cost in costs.items():
         rate = _priced_rate(c, mask, cost)
         row[f"priced_tokens_per_s_{dtype}"] = rate
-        row[f"priced_speedup_vs_greedy_{dtype}"] = rate * float(cost(np.array([1]))[0])
+        step = float(cost(np.array([1]))[0])                  # one target forward over 1 token
+        row[f"priced_speedup_vs_greedy_{dtype}"] = rate * step
+        row[f"draft_percent_of_target_forward_{dtype}"] = 100.0 * row["draft_us_per_round"] * 1e-6 / step
     return row
 
 
