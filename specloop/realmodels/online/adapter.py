@@ -143,7 +143,7 @@ class OnlineAdapter:
         else:                              # the learner ignores the played point's gradient: skip it
             loss, grads = math.nan, [torch.zeros_like(p) for p in self.params]
             new = self._feedback_step([p.detach().clone() for p in self.params], grads, loss, samples)
-        if not all(bool(torch.isfinite(torch.as_tensor(v)).all()) for v in new):
+        if not all(A.all_finite(torch.as_tensor(v)) for v in new):
             raise ValueError(f"online update produced non-finite draft parameters (learner "
                              f"{self.config.learner!r}, lr {self.config.step_size}); lower the learning rate")
         with self.lock:
