@@ -2,6 +2,8 @@
 
     specloop draft train --target smollm2-135m --kind eagle|eagle3|medusa|hydra|small-lm
                          [--tokens N] [--steps S] [--corpus-mix SRC=W,...] [--quick] [--json]
+                         [--from-recording REC ... [--recording-positions continuation|all]
+                          [--soft-targets]]
     specloop draft features --target smollm2-135m [--tokens N] [--corpus-mix SRC=W,...]
     specloop draft export --target smollm2-135m --kind eagle|eagle3|medusa|KIND:PATH
                           --format eagle|eagle3|medusa --out DIR [--checkpoint FOLDER]
@@ -20,6 +22,11 @@ small separate cache (``<target>-quick``) in a few minutes, for smoke tests.
 (`specloop.realmodels.training.corpus.SOURCES`); a non-default mix gets its own
 feature cache (``<target>-mix-...``), e.g. a draft that never saw the prompt
 datasets or the target's chat responses, for a domain-shift stream.
+``--from-recording REC`` (repeatable) trains on stream recordings instead
+(`specloop.realmodels.training.recording_data`): the target's own greedy answers to the
+recorded prompts (self-distillation, as Medusa-2 / EAGLE-3 train), features read from
+the recording's float16 hidden states (no target forward), every 10th prompt held out;
+a recording made by another target or missing a layer the head reads is refused.
 ``--json`` prints the training report (keys include ``kind``, ``target``,
 ``heldout_top1``, ``train_seconds``, ``path``). Exit 0 on success, 2 on bad input.
 """
@@ -55,6 +62,15 @@ def register(subparsers) -> None:
                        help="continue training a saved draft of the same kind: a draft folder, or 'pretrained' "
                             "for the copy shipped in the package (its reduced vocabulary is kept)")
     train.add_argument("--corpus-mix", default=None, help=_MIX_HELP)
+    train.add_argument("--from-recording", action="append", default=None, metavar="REC", dest="recordings",
+                       help="train on a stream recording (`specloop stream record`, repeatable): the target's own "
+                            "greedy answers, features read from the recording, no target forward; every "
+                            "10th prompt is held out")
+    train.add_argument("--recording-positions", choices=("continuation", "all"), default=None,
+                       help="label positions of a recording: the target's answers (continuation, default) or "
+                            "prompt positions too (all)")
+    train.add_argument("--soft-targets", action="store_true",
+                       help="with --from-recording: distil the recorded top-m p_target (default: the greedy token)")
     train.add_argument("--quick", action="store_true", help="small cache and few steps (minutes)")
     train.add_argument("--out", default=None, help="draft folder (default: the draft cache)")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -91,11 +107,32 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recording_values(args) -> dict:
+    """TrainConfig fields of ``--from-recording`` (refusing options that do not apply)."""
+    if not args.recordings:
+        if args.recording_positions is not None or args.soft_targets:
+            raise ValueError("--recording-positions and --soft-targets need --from-recording")
+        return {}
+    if args.corpus_mix is not None or args.tokens is not None:
+        raise ValueError("--corpus-mix and --tokens choose the feature cache; they do not apply to --from-recording")
+    from specloop.realmodels.stream_record import open_recording
+    for folder in args.recordings:                  # refused before the target loads
+        recorded = open_recording(folder).settings.get("target")
+        if recorded != args.target:
+            raise ValueError(f"{folder} was recorded with target {recorded!r}, not {args.target!r}")
+    return {"recordings": tuple(args.recordings), "recording_positions": args.recording_positions or "continuation",
+            "recording_soft_targets": bool(args.soft_targets)}
+
+
 def _train_config(args):
     from specloop.realmodels.training.corpus import parse_mix
     from specloop.realmodels.training.features import mix_features_root
     from specloop.realmodels.training.trainer import TrainConfig
+    recording = _recording_values(args)
     values = dict(QUICK) if args.quick else {}
+    if recording and args.quick:
+        values.pop("tokens")
+    values.update(recording)
     if args.corpus_mix is not None:
         values["corpus_mix"] = parse_mix(args.corpus_mix)
     for key, attr in (("tokens", "tokens"), ("steps", "steps"), ("batch_size", "batch_size"),
@@ -104,7 +141,8 @@ def _train_config(args):
         if getattr(args, attr) is not None:
             values[key] = getattr(args, attr)
     if args.quick:
-        values["feature_root"] = str(mix_features_root(f"{args.target}-quick", values.get("corpus_mix")))
+        if not recording:
+            values["feature_root"] = str(mix_features_root(f"{args.target}-quick", values.get("corpus_mix")))
         values["quick"] = True
     if values.get("init_from") == "pretrained":
         values["init_from"] = _pretrained_folder(args.target, args.kind)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 __all__ = ["HeadBatch", "sample_anchors", "gather_head_batch", "gather_windows", "soft_labels",
-           "distill_loss", "top1_agreement", "choose_vocab_size"]
+           "distill_loss", "top1_agreement", "choose_vocab_size", "training_data", "heldout_top1"]
 
 
 @dataclass(frozen=True)
@@ -176,12 +176,38 @@ def reduced_vocab_for(config, train_parts, val_part, target_config):
         (`ReducedVocab`, held-out top-1 ids array).
     """
     from specloop.realmodels.heads.common import build_reduced_vocab
+    from specloop.realmodels.training.recording_data import RecordingSplit
     from specloop.realmodels.training.trainer import vocab_counts
-    counts = vocab_counts(train_parts, int(target_config.vocab_size))
-    val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
+    if isinstance(train_parts, RecordingSplit):
+        counts = train_parts.vocab_counts(int(target_config.vocab_size))
+    else:
+        counts = vocab_counts(train_parts, int(target_config.vocab_size))
+    val_top1 = heldout_top1(val_part)
     size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
     eos = getattr(target_config, "eos_token_id", None)
     return build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ()), val_top1
+
+
+def heldout_top1(val_part) -> np.ndarray:
+    """The target's top-1 next-token ids on the held-out slice (a feature part or a
+    `recording_data.RecordingSplit`)."""
+    from specloop.realmodels.training.recording_data import RecordingSplit
+    if isinstance(val_part, RecordingSplit):
+        return val_part.top1_labels()
+    return np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
+
+
+def training_data(config, loaded, progress: bool = True):
+    """(train, val, recording note or None): the recording's `RecordingSplit` s when
+    ``config.recordings`` is set (`recording_data.open_recording_splits`), else the
+    feature-cache parts of `open_training_parts`."""
+    if not getattr(config, "recordings", ()):
+        train, val = open_training_parts(config, loaded, progress)
+        return train, val, None
+    from specloop.realmodels.training.recording_data import open_recording_splits
+    return open_recording_splits(config.recordings, config.target, loaded.model, config.kind,
+                                 positions=config.recording_positions,
+                                 soft_targets=config.recording_soft_targets)
 
 
 def loaded_target(config, loaded=None):
@@ -253,7 +279,7 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
     from specloop.realmodels.heads.common import draft_dir
     torch.manual_seed(config.seed)
     loaded = loaded_target(config, loaded)
-    train_parts, val_part = open_training_parts(config, loaded, progress)
+    train_parts, val_part, note = training_data(config, loaded, progress)
     init = _init_state(config, kind)
     if init is None:
         vocab, val_top1 = reduced_vocab_for(config, train_parts, val_part, loaded.model.config)
@@ -261,7 +287,7 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
         from specloop.realmodels.heads.common import ReducedVocab
         d2t = next(v for k, v in init.items() if k.endswith("draft_to_target") or k == "d2t")
         vocab = ReducedVocab(d2t.long(), int(loaded.model.config.vocab_size))
-        val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
+        val_top1 = heldout_top1(val_part)
     module, batch_size = build(loaded.model, vocab.d2t)
     if init is not None:
         module.load_state_dict(init, strict=True)
@@ -288,6 +314,8 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
         "draft_vocab_size": vocab.size,
         "vocab_coverage_heldout_top1": vocab.coverage(val_top1),
     }
+    if note is not None:
+        report["train_config"]["recording_data"] = note
     out = save_trained(module, report, config, kind)
     (folder / "checkpoint.pt").unlink(missing_ok=True)   # only needed to resume an interrupted run
     return out

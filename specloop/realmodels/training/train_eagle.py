@@ -9,7 +9,9 @@ feeds its own predicted features for steps >= 2, `EagleHead.forward_ttt`):
 with w_s = 0.8^(s-1) / sum, CE against the cached top-K target distribution
 (`topk_soft_ce`), AdamW with warm-up + cosine decay, gradient clipping at 1.
 Held-out top-1 agreement is measured on the corpus's validation slice (documents
-never trained on). Registered for kinds ``eagle`` and ``eagle3``.
+never trained on). With ``config.recordings`` the data is a stream recording instead
+(`recording_data`: the target's own greedy answers, self-distillation; held out =
+every `recording_data.VAL_EVERY`-th prompt). Registered for kinds ``eagle`` and ``eagle3``.
 """
 from __future__ import annotations
 
@@ -58,6 +60,8 @@ def ttt_loss(head: EagleHead, batch, t2d: torch.Tensor, d2t: torch.Tensor, steps
     stats = []
     for s, (h, logits) in enumerate(outs, start=1):
         mask = (pos >= s - 1)[None, :].expand(feats.shape[0], -1)
+        if batch.valid is not None:          # a recording's padding / unlabelled positions
+            mask = mask & batch.valid[:, 1:t + 1]
         loss = topk_soft_ce(logits, tgt_draft, tgt_probs, mask)
         if cfg.kind == "eagle":
             f_next = batch.features[-1][:, 1:t + 1]
@@ -83,10 +87,44 @@ def evaluate_head(head: EagleHead, batcher: FeatureBatcher, t2d: torch.Tensor, d
     return [float(h / c) if c else float("nan") for h, c in zip(hits, counts)]
 
 
-def _target_tensors(config: TrainConfig, loaded):
+def _loaded_target(config: TrainConfig, loaded):
     if loaded is None:
         from specloop.realmodels.loading import load_model
         loaded = load_model(config.target, dtype="float32")
+    return loaded
+
+
+def _eagle_data(config: TrainConfig, loaded, target_cfg, parts) -> dict:
+    """The training data: a stream recording (``config.recordings``, `recording_data`;
+    ``loaded`` is the target) or the feature cache (``parts`` = (train parts, val
+    part) from `open_training_parts`). Returns ``counts`` (float64 [V] token counts for the reduced
+    vocabulary), ``val_top1`` (held-out target top-1 ids), ``batcher`` (``sample()``
+    -> `Batch`, ``positions``), ``val_batcher`` (``iterate_all``), ``feature_dtype``
+    and ``note`` (the recording's `recording_data.recording_note`, or None)."""
+    if config.recordings:
+        from specloop.realmodels.training.recording_data import open_recording_splits
+        train, val, note = open_recording_splits(config.recordings, config.target, loaded.model, config.kind,
+                                                 positions=config.recording_positions,
+                                                 soft_targets=config.recording_soft_targets)
+        dtypes = sorted({r["dtype"] for r in note["recordings"]})
+        return {"counts": train.vocab_counts(int(target_cfg.vocab_size)), "val_top1": val.top1_labels(),
+                "batcher": train.window_sampler(config.window, config.batch_size, seed=config.seed),
+                "val_batcher": val, "feature_dtype": ",".join(dtypes), "note": note}
+    train_parts, val_part = parts
+    probe = EagleConfig.from_target(target_cfg, config.kind, 1)
+    layers = tuple(sorted(set(probe.feature_layers) | {-1}))
+    counts = vocab_counts(train_parts, int(target_cfg.vocab_size))
+    corpus_ids = Path(train_parts[0].folder).parent / "corpus" / "train_ids.npy"
+    if corpus_ids.is_file():  # the whole corpus's token counts, even before its features exist
+        counts += np.bincount(np.load(corpus_ids), minlength=counts.size)[: counts.size]
+    return {"counts": counts, "val_top1": np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0]),
+            "batcher": FeatureBatcher(train_parts, layers, config.window, config.batch_size, seed=config.seed),
+            "val_batcher": FeatureBatcher([val_part], layers, int(val_part.meta["chunk_len"]), 1, seed=0),
+            "feature_dtype": train_parts[0].meta.get("dtype", "float32"), "note": None}
+
+
+def _target_tensors(config: TrainConfig, loaded):
+    loaded = _loaded_target(config, loaded)
     model = loaded.model
     embed = model.get_input_embeddings().weight.detach().float()
     lm = model.get_output_embeddings().weight.detach().float()
@@ -111,15 +149,14 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         raise ValueError(f"train_eagle trains kinds 'eagle' and 'eagle3', got {config.kind!r}")
     torch.manual_seed(config.seed)
     clock = Stopwatch()
-    train_parts, val_part = open_training_parts(config, loaded, progress)
+    parts = None
+    if config.recordings:
+        loaded = _loaded_target(config, loaded)
+    else:   # the cache first (it may extract with a config.dtype target), as before
+        parts = open_training_parts(config, loaded, progress)
     target_cfg, embed, lm = _target_tensors(config, loaded)
-    probe = EagleConfig.from_target(target_cfg, config.kind, 1)
-    layers = tuple(sorted(set(probe.feature_layers) | {-1}))
-    counts = vocab_counts(train_parts, int(target_cfg.vocab_size))
-    corpus_ids = Path(train_parts[0].folder).parent / "corpus" / "train_ids.npy"
-    if corpus_ids.is_file():  # the whole corpus's token counts, even before its features exist
-        counts += np.bincount(np.load(corpus_ids), minlength=counts.size)[: counts.size]
-    val_top1 = np.asarray(val_part.array("topk_ids")[: val_part.n_done, :, 0])
+    data = _eagle_data(config, loaded, target_cfg, parts)
+    counts, val_top1, batcher, val_batcher = data["counts"], data["val_top1"], data["batcher"], data["val_batcher"]
     init, init_meta = None, {}
     if config.init_from:
         from specloop.realmodels.heads.common import load_draft
@@ -134,8 +171,6 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     if init is not None:
         head.load_state_dict(init, strict=True)
     t2d = vocab.t2d
-    batcher = FeatureBatcher(train_parts, layers, config.window, config.batch_size, seed=config.seed)
-    val_batcher = FeatureBatcher([val_part], layers, int(val_part.meta["chunk_len"]), 1, seed=0)
     params = head.trainable()
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
     bar = tqdm(range(config.steps), desc=f"train {config.kind}", disable=not progress)
@@ -175,8 +210,10 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         "train_seconds": float(train_seconds),
         "draft_vocab_size": vocab.size,
         "vocab_coverage_heldout_top1": vocab.coverage(val_top1),
-        "feature_dtype": train_parts[0].meta.get("dtype", "float32"),
+        "feature_dtype": data["feature_dtype"],
     }
+    if data.get("note") is not None:
+        report["train_config"]["recording_data"] = data["note"]
     # totals over a continued run (init_from) and the runs before it
     report["train_seconds_total"] = report["train_seconds"] + float(
         init_meta.get("train_seconds_total", init_meta.get("train_seconds", 0.0)))

@@ -25,7 +25,7 @@ from specloop.realmodels.training.head_data import (HeadBatch, distill_loss, gat
                                                     sample_anchors, soft_labels, top1_agreement)
 from specloop.realmodels.training.head_loop import LoopConfig, run_loop
 
-__all__ = ["HydraTrainConfig", "hydra_loss", "evaluate_heads", "train_hydra_heads", "PartSampler"]
+__all__ = ["HydraTrainConfig", "hydra_loss", "evaluate_heads", "train_hydra_heads", "PartSampler", "head_sampler"]
 
 
 @dataclass(frozen=True)
@@ -88,9 +88,28 @@ class PartSampler:
                            ("h", "tokens", "target_hidden", "topk_ids", "topk_probs")))
 
 
+def head_sampler(parts, horizon: int, batch_size: int):
+    """``sampler(rng) -> HeadBatch`` with ``max_tokens_seen``: a `PartSampler` over
+    feature parts, or anchors of a `recording_data.RecordingSplit`."""
+    from specloop.realmodels.training.recording_data import RecordingSplit
+    if not isinstance(parts, RecordingSplit):
+        return PartSampler(parts, horizon, batch_size)
+    pools = parts.anchor_pools(horizon)
+
+    def sampler(rng: np.random.Generator) -> HeadBatch:
+        return HeadBatch(*parts.head_tensors(rng, horizon, batch_size, pools))
+
+    sampler.max_tokens_seen = parts.positions
+    return sampler
+
+
 def fixed_eval_batch(part, horizon: int, positions: int, seed: int = 1234) -> HeadBatch:
-    """A deterministic held-out batch of ``positions`` anchors (from the val part)."""
+    """A deterministic held-out batch of ``positions`` anchors (from the val part, a
+    feature part or a `recording_data.RecordingSplit`)."""
+    from specloop.realmodels.training.recording_data import RecordingSplit
     rng = np.random.default_rng(seed)
+    if isinstance(part, RecordingSplit):
+        return HeadBatch(*part.head_tensors(rng, horizon, positions))
     chunks, offsets = sample_anchors(part.n_done, int(part.meta["chunk_len"]), horizon, positions, rng)
     return gather_head_batch(part, chunks, offsets, horizon)
 
@@ -144,7 +163,7 @@ def train_hydra_heads(heads: HydraHeads, train_part, val_part, loop: LoopConfig,
         ValueError: an empty cache part, a chunk shorter than K + 1.
     """
     horizon = heads.config.num_heads
-    sampler = PartSampler(train_part, horizon, loop.batch_size)
+    sampler = head_sampler(train_part, horizon, loop.batch_size)
     val = fixed_eval_batch(val_part, horizon, cfg.eval_positions)
     heads.lm_head.proj.weight.requires_grad_(cfg.train_lm_head)
 

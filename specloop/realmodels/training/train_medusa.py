@@ -15,7 +15,7 @@ import torch
 from specloop.realmodels.heads.medusa import MedusaHeads
 from specloop.realmodels.training.head_data import HeadBatch, distill_loss, soft_labels, top1_agreement
 from specloop.realmodels.training.head_loop import LoopConfig, run_loop
-from specloop.realmodels.training.train_hydra import PartSampler, evaluate_heads, fixed_eval_batch
+from specloop.realmodels.training.train_hydra import evaluate_heads, fixed_eval_batch, head_sampler
 
 __all__ = ["MedusaTrainConfig", "medusa_loss", "train_medusa_heads"]
 
@@ -49,7 +49,7 @@ def train_medusa_heads(heads: MedusaHeads, train_part, val_part, loop: LoopConfi
     """Train ``heads`` in place; same arguments and report as
     `specloop.realmodels.training.train_hydra.train_hydra_heads`."""
     horizon = heads.config.num_heads
-    sampler = PartSampler(train_part, horizon, loop.batch_size)
+    sampler = head_sampler(train_part, horizon, loop.batch_size)
     val = fixed_eval_batch(val_part, horizon, cfg.eval_positions)
 
     def loss_fn(rng):

@@ -47,9 +47,10 @@ def small_lm_loss(draft: SmallLMDraft, tokens: torch.Tensor, topk_ids: torch.Ten
     logits, _ = draft(tokens)
     index, weight = soft_labels(topk_ids, topk_probs, draft.lm_head.target_to_draft)
     loss = distill_loss(logits, index, weight)
-    with torch.no_grad():
+    with torch.no_grad():   # positions without label weight (a recording's padding) do not count
         pred = draft.lm_head.draft_to_target[logits.argmax(-1)]
-        acc = (pred == topk_ids[..., 0]).float().mean()
+        labelled = topk_probs.sum(-1) > 0
+        acc = ((pred == topk_ids[..., 0]) & labelled).sum() / labelled.sum().clamp_min(1)
     return loss, {"top1": float(acc)}
 
 
@@ -66,6 +67,9 @@ def train_small_lm_draft(draft: SmallLMDraft, train_part, val_part, loop: LoopCo
     Raises:
         ValueError: empty cache parts, a window longer than a chunk.
     """
+    from specloop.realmodels.training.recording_data import RecordingSplit
+    if isinstance(train_part, RecordingSplit):
+        return _train_on_recording(draft, train_part, val_part, loop, cfg, checkpoint, signature, progress)
     parts = list(train_part) if isinstance(train_part, (list, tuple)) else [train_part]
     state = {"done": [p.n_done for p in parts], "draws": 0}
     state["seen"] = sum(state["done"])
@@ -87,6 +91,28 @@ def train_small_lm_draft(draft: SmallLMDraft, train_part, val_part, loop: LoopCo
     report = run_loop(draft, loss_fn, eval_fn, loop, checkpoint=checkpoint, signature=signature, progress=progress, desc="small-lm")
     report["train_positions"] = report["positions"] * cfg.window
     report["train_tokens_available"] = state["seen"] * int(parts[0].meta["chunk_len"])
+    report["loop_config"] = loop.to_dict()
+    report["loss_config"] = cfg.to_dict()
+    return report
+
+
+def _train_on_recording(draft, train, val_split, loop: LoopConfig, cfg: SmallLMTrainConfig, checkpoint,
+                        signature: str, progress: bool) -> dict:
+    """`train_small_lm_draft` on `recording_data.RecordingSplit` s (windows inside one
+    prompt each; unlabelled positions carry no loss)."""
+    val = val_split.lm_windows(cfg.window, cfg.eval_windows, np.random.default_rng(1234))
+
+    def loss_fn(rng):
+        return small_lm_loss(draft, *train.lm_windows(cfg.window, loop.batch_size, rng))
+
+    def eval_fn():
+        loss, metrics = small_lm_loss(draft, *val)
+        return {"top1": round(metrics["top1"], 4), "loss": round(float(loss), 4)}
+
+    report = run_loop(draft, loss_fn, eval_fn, loop, checkpoint=checkpoint, signature=signature, progress=progress,
+                      desc="small-lm")
+    report["train_positions"] = report["positions"] * cfg.window
+    report["train_tokens_available"] = train.positions
     report["loop_config"] = loop.to_dict()
     report["loss_config"] = cfg.to_dict()
     return report

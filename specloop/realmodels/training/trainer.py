@@ -70,6 +70,13 @@ class TrainConfig:
             default `corpus.DEFAULT_MIX`). A non-default mix gets its own feature
             cache (`features.training_features_root`), e.g. to train a draft that
             has never seen the stream's domains.
+        recordings: stream-recording folders to train on instead of the feature cache
+            (`recording_data`: the target's own greedy answers, features read from the
+            recording, no target forward); empty = the feature cache.
+        recording_positions: "continuation" (label positions whose next token is a
+            greedy answer token) or "all" (prompt positions too).
+        recording_soft_targets: label = the recorded top-m p_target instead of the
+            greedy token.
     """
 
     target: str = "smollm2-135m"
@@ -92,8 +99,15 @@ class TrainConfig:
     warmup: int = 100
     init_from: str | None = None
     corpus_mix: dict[str, float] | None = None
+    recordings: tuple[str, ...] = ()
+    recording_positions: str = "continuation"
+    recording_soft_targets: bool = False
 
     def __post_init__(self) -> None:
+        self.recordings = tuple(str(r) for r in (self.recordings or ()))
+        if self.recording_positions not in ("continuation", "all"):
+            raise ValueError(f"TrainConfig.recording_positions must be 'continuation' or 'all', "
+                             f"got {self.recording_positions!r}")
         for name in ("tokens", "steps", "batch_size", "ttt_steps"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"TrainConfig.{name} must be >= 1, got {getattr(self, name)}")
@@ -155,12 +169,15 @@ class Batch:
         tokens: int64 [B, T+1] token ids x_0..x_T.
         topk_ids: int64 [B, T+1, K] target top-K next-token ids per position.
         topk_probs: float32 [B, T+1, K] their probabilities.
+        valid: bool [B, T+1] positions whose label counts (None = all; a recording's
+            windows mask padding and unlabelled positions, `recording_data`).
     """
 
     features: dict[int, torch.Tensor]
     tokens: torch.Tensor
     topk_ids: torch.Tensor
     topk_probs: torch.Tensor
+    valid: torch.Tensor | None = None
 
 
 class FeatureBatcher:
