@@ -120,6 +120,10 @@ def _recording_values(args) -> dict:
         recorded = open_recording(folder).settings.get("target")
         if recorded != args.target:
             raise ValueError(f"{folder} was recorded with target {recorded!r}, not {args.target!r}")
+        if open_recording(folder).settings.get("split") != "warmup":
+            import sys
+            print(f"warning: {folder} is not a warm-up split recording; its prompts may be benchmark "
+                  "prompts (record one with `specloop stream record --split warmup`)", file=sys.stderr)
     return {"recordings": tuple(args.recordings), "recording_positions": args.recording_positions or "continuation",
             "recording_soft_targets": bool(args.soft_targets)}
 
