@@ -37,6 +37,9 @@ def register_record(sub) -> None:
     parser.add_argument("--batch-size", type=int, default=8, help="prompts per forward")
     parser.add_argument("--shard-size", type=int, default=32, help="prompts per shard file")
     parser.add_argument("--top-m", type=int, default=32, help="tokens of p_target kept per position")
+    parser.add_argument("--feature-dtype", choices=["float16", "float32"], default="float16",
+                        help="storage of the features and top-m probabilities (float32: twice the size, online "
+                             "learners replay round for round)")
     parser.add_argument("--check-prompts", type=int, default=4,
                         help="prompts re-decoded batch-1 to check the batched continuation (0: none)")
     parser.add_argument("--out", required=True, help="recording folder (resumable)")
@@ -45,7 +48,7 @@ def register_record(sub) -> None:
 
 
 _FLAG_KEYS = ("target", "dtype", "datasets", "split", "order", "prompts", "max_new_tokens", "max_prompt_tokens",
-              "chat_template", "top_m", "batch_size", "shard_size")
+              "chat_template", "top_m", "batch_size", "shard_size", "feature_dtype")
 
 
 def _flag_settings(args) -> dict:
@@ -53,7 +56,7 @@ def _flag_settings(args) -> dict:
     return {"target": args.target, "dtype": args.dtype, "datasets": datasets, "split": args.split,
             "order": args.order, "prompts": args.prompts, "max_new_tokens": args.max_new_tokens,
             "max_prompt_tokens": args.max_prompt_tokens, "chat_template": not args.raw, "top_m": args.top_m,
-            "batch_size": args.batch_size, "shard_size": args.shard_size}
+            "batch_size": args.batch_size, "shard_size": args.shard_size, "feature_dtype": args.feature_dtype}
 
 
 def _record(args) -> dict:

@@ -67,13 +67,15 @@ dataset            str (P,)           dataset name
 prompt_id          str (P,)           the dataset's own id
 stop_reason        str (P,)           "eos" or "length"
 tokens             int32 (N,)         x_i: prompt ids then the greedy continuation
-hidden_<l>         float16 (N, H)     hidden_states[l] at position i (``hidden_last``
+hidden_<l>         float16* (N, H)    hidden_states[l] at position i (``hidden_last``
                                       for l = -1): the feature of token x_i
 topm_ids           int32 (N, m)       the target's top-m tokens after x_<=i, by
                                       decreasing probability
-topm_probs         float16 (N, m)     their p_target (float32 softmax of the logits,
+topm_probs         float16* (N, m)    their p_target (float32 softmax of the logits,
                                       temperature 1)
 =================  =================  ==================================================
+
+(*) float32 when the settings' ``feature_dtype`` is "float32".
 
 So for a continuation position i >= L_j, ``tokens[i]`` is the greedy argmax of
 position i - 1 (``topm_ids[i - 1, 0]`` up to ties at float16 / recompute precision).
@@ -101,6 +103,9 @@ FORMAT_NAME = "specloop.stream_record"
 PREFILL_CHUNK = 2048           # prompt positions per prefill forward (bounds the logits' memory)
 
 
+_FEATURE_DTYPES = {"float16": torch.float16, "float32": torch.float32}
+
+
 @dataclass(frozen=True)
 class RecordSettings:
     """Everything that decides a recording's content (stored in ``manifest.json``).
@@ -118,6 +123,11 @@ class RecordSettings:
         batch_size: prompts per forward (it changes float rounding, hence recorded).
         shard_size: prompts per shard file.
         prompts_sha256: `prompts_fingerprint` of the prompts' token ids.
+        feature_dtype: storage of ``hidden_<l>`` and ``topm_probs``: "float16" (the
+            default, half the size) or "float32" (the decoder's values up to float32
+            rounding: an online learner replayed on it follows the decoder round for
+            round, where float16 rounding of its training signal makes it drift).
+            Recordings made before this setting are float16.
     """
 
     target: str
@@ -135,6 +145,7 @@ class RecordSettings:
     shard_size: int
     prompts_sha256: str = ""
     format_version: int = field(default=FORMAT_VERSION)
+    feature_dtype: str = "float16"
 
     def __post_init__(self):
         for name in ("prompts", "max_new_tokens", "top_m", "batch_size", "shard_size"):
@@ -142,6 +153,8 @@ class RecordSettings:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not self.layers:
             raise ValueError("a recording needs at least one hidden-state layer")
+        if self.feature_dtype not in _FEATURE_DTYPES:
+            raise ValueError(f"feature_dtype must be one of {sorted(_FEATURE_DTYPES)}, got {self.feature_dtype!r}")
         object.__setattr__(self, "datasets", tuple(self.datasets))
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
 
@@ -195,10 +208,11 @@ def _batch_mask(valid: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor
 
 
 @torch.inference_mode()
-def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: int):
+def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: int,
+          store: torch.dtype = torch.float16):
     """Feed ids (B, n) whose key validity is the last n columns of ``valid`` (B, S).
-    Returns (hidden: list of float16 (B, n, H), top ids int32 (B, n, m),
-    top probs float16 (B, n, m), argmax int64 (B, n))."""
+    Returns (hidden: list of ``store`` (B, n, H), top ids int32 (B, n, m),
+    top probs ``store`` (B, n, m), argmax int64 (B, n))."""
     from specloop.realmodels.kvcache import _cache_kwarg
     param = next(model.parameters())
     n = ids.shape[1]
@@ -210,12 +224,12 @@ def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: i
     if not torch.isfinite(logits).all():
         raise ValueError("the target produced non-finite logits")
     top = torch.topk(torch.softmax(logits, dim=-1), top_m, dim=-1)
-    hidden = [out.hidden_states[layer].to(torch.float16).cpu() for layer in layers]
-    return hidden, top.indices.to(torch.int32).cpu(), top.values.to(torch.float16).cpu(), \
+    hidden = [out.hidden_states[layer].to(store).cpu() for layer in layers]
+    return hidden, top.indices.to(torch.int32).cpu(), top.values.to(store).cpu(), \
         logits.max(-1).indices.cpu()
 
 
-def _prefill(model, prefix: list[int], layers, top_m: int):
+def _prefill(model, prefix: list[int], layers, top_m: int, store: torch.dtype = torch.float16):
     """Feed a prompt's prefix (all but its last token) into a fresh batch-1 cache, in one
     forward per `PREFILL_CHUNK` positions (as `DecodeSession.prefill` does).
     Returns (cache or None for an empty prefix, per-chunk (hidden list, top ids, top probs))."""
@@ -226,7 +240,8 @@ def _prefill(model, prefix: list[int], layers, top_m: int):
     valid = torch.ones((1, len(prefix)), dtype=torch.bool)
     for start in range(0, len(prefix), PREFILL_CHUNK):
         stop = min(start + PREFILL_CHUNK, len(prefix))
-        hidden, top_ids, top_probs, _ = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m)
+        hidden, top_ids, top_probs, _ = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m,
+                                              store)
         parts.append(([h[0] for h in hidden], top_ids[0], top_probs[0]))
     return cache, parts
 
@@ -255,7 +270,8 @@ def _merge_caches(caches, lengths: list[int]):
     return DynamicCache(ddp_cache_data=merged)
 
 
-def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int) -> list[dict]:
+def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int,
+                   feature_dtype: str = "float16") -> list[dict]:
     """Greedy continuations of a batch of prompts and every position's features.
 
     As batch-1 decoding (`DecodeSession`): each prompt's prefix (all but the last
@@ -268,6 +284,8 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids
         model: a transformers causal LM (eval mode). prompts: B token-id lists, each
             non-empty. max_new_tokens: >= 1. eos_ids: ints that end a continuation.
         layers: ``hidden_states`` indices to keep. top_m: tokens of p_target kept.
+        feature_dtype: "float16" (default) or "float32": how features and top-m
+            probabilities are stored.
 
     Returns:
         per prompt a dict: ``tokens`` int32 (L + T,), ``new_tokens`` int (T),
@@ -282,7 +300,8 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids
     if int(max_new_tokens) < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     eos, lengths = {int(e) for e in eos_ids}, [len(p) - 1 for p in prompts]
-    prefilled = [_prefill(model, list(p[:-1]), layers, top_m) for p in prompts]
+    store = _FEATURE_DTYPES[feature_dtype]
+    prefilled = [_prefill(model, list(p[:-1]), layers, top_m, store) for p in prompts]
     parts = [list(chunks) for _, chunks in prefilled]
     cache = _merge_caches([c for c, _ in prefilled], lengths)
     width = max(lengths)
@@ -295,7 +314,7 @@ def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids
     while active:                    # every active row has a pending token to feed
         step_ids = torch.tensor([[pending[r]] for r in active], dtype=torch.long)
         valid = torch.cat([valid, torch.ones((len(active), 1), dtype=torch.bool)], dim=1)
-        hidden, top_ids, top_probs, argmax = _step(model, cache, step_ids, valid, layers, top_m)
+        hidden, top_ids, top_probs, argmax = _step(model, cache, step_ids, valid, layers, top_m, store)
         keep = []
         for i, r in enumerate(active):
             parts[r].append(([h[i] for h in hidden], top_ids[i], top_probs[i]))
@@ -349,7 +368,7 @@ def shard_name(number: int) -> str:
     return f"shard-{int(number):04d}.npz"
 
 
-def _shard_arrays(items, results, layers) -> dict:
+def _shard_arrays(items, results, layers, dtype=np.float16) -> dict:
     arrays = {"offsets": np.cumsum([0] + [len(r["tokens"]) for r in results]).astype(np.int64),
               "prompt_lengths": np.asarray([len(it.ids) for it in items], np.int32),
               "new_tokens": np.asarray([r["new_tokens"] for r in results], np.int32),
@@ -359,9 +378,9 @@ def _shard_arrays(items, results, layers) -> dict:
               "stop_reason": np.asarray([r["stop_reason"] for r in results], dtype=str),
               "tokens": np.concatenate([r["tokens"] for r in results]).astype(np.int32),
               "topm_ids": np.concatenate([r["topm_ids"] for r in results]).astype(np.int32),
-              "topm_probs": np.concatenate([r["topm_probs"] for r in results]).astype(np.float16)}
+              "topm_probs": np.concatenate([r["topm_probs"] for r in results]).astype(dtype)}
     for i, layer in enumerate(layers):
-        arrays[layer_name(layer)] = np.concatenate([r["hidden"][i] for r in results]).astype(np.float16)
+        arrays[layer_name(layer)] = np.concatenate([r["hidden"][i] for r in results]).astype(dtype)
     return arrays
 
 
@@ -385,7 +404,7 @@ def check_settings(out_dir, settings: RecordSettings | dict, keys=None) -> None:
     if manifest.get("format") != FORMAT_NAME:
         raise ValueError(f"{path} is not a stream recording (format {manifest.get('format')!r})")
     asked = settings.to_dict() if isinstance(settings, RecordSettings) else dict(settings)
-    recorded = manifest.get("settings", {})
+    recorded = {"feature_dtype": "float16", **manifest.get("settings", {})}   # older recordings: float16
     names = asked.keys() if keys is None else keys
     differ = {k: (recorded.get(k), asked[k]) for k in names if recorded.get(k) != asked[k]}
     if differ:
@@ -482,11 +501,11 @@ def record_stream(target, items, out_dir, settings: RecordSettings, *, check_pro
         for b in range(0, len(shard_items), settings.batch_size):
             batch = shard_items[b:b + settings.batch_size]
             results += generate_batch(model, [list(it.ids) for it in batch], settings.max_new_tokens, eos,
-                                      settings.layers, settings.top_m)
+                                      settings.layers, settings.top_m, settings.feature_dtype)
             prompts_done += len(batch)
             if progress is not None:
                 progress(prompts_done, total)
-        arrays = _shard_arrays(shard_items, results, settings.layers)
+        arrays = _shard_arrays(shard_items, results, settings.layers, np.dtype(settings.feature_dtype))
         nbytes = _write_npz(out / shard_name(number), arrays)
         manifest["shards"].append({"file": shard_name(number), "first_index": first, "prompts": len(shard_items),
                                    "positions": int(arrays["tokens"].size),

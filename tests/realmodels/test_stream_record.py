@@ -185,3 +185,26 @@ def test_cli_records_smollm2_and_resumes(tmp_path, smollm2_float32, capsys):
         np.testing.assert_allclose(rec["hidden"][layer].astype(np.float32), out.hidden_states[layer][0].numpy(),
                                    rtol=1e-2, atol=2e-2)
     assert main(argv) == 0 and (tmp_path / "shard-0000.npz").read_bytes() == shard      # nothing left to do
+
+
+def test_float32_features_and_older_float16_manifests(model, tmp_path):
+    items = _items(4)
+    record_stream(model, items, tmp_path / "f32", _settings(4, feature_dtype="float32"), check_prompts=0)
+    rec = open_recording(tmp_path / "f32")
+    got = rec.prompt(1)
+    assert got["hidden"][-1].dtype == np.float32 and got["topm_probs"].dtype == np.float32
+    with torch.no_grad():
+        out = model(torch.tensor([got["tokens"].tolist()]), output_hidden_states=True)
+    assert np.abs(got["hidden"][-1] - out.hidden_states[-1][0].numpy()).max() < 1e-5       # float32, not float16
+    with pytest.raises(ValueError, match="feature_dtype: recorded 'float32', asked 'float16'"):
+        record_stream(model, items, tmp_path / "f32", _settings(4), check_prompts=0)
+    # a recording made before the setting existed is float16 and resumes under the default
+    record_stream(model, items, tmp_path / "old", _settings(4), check_prompts=0)
+    manifest = json.loads((tmp_path / "old" / "manifest.json").read_text())
+    del manifest["settings"]["feature_dtype"]
+    (tmp_path / "old" / "manifest.json").write_text(json.dumps(manifest))
+    before = (tmp_path / "old" / "shard-0000.npz").read_bytes()
+    record_stream(model, items, tmp_path / "old", _settings(4), check_prompts=0)   # resumes: nothing to redo
+    assert (tmp_path / "old" / "shard-0000.npz").read_bytes() == before
+    with pytest.raises(ValueError, match="feature_dtype"):
+        _settings(1, feature_dtype="bfloat16")
