@@ -238,3 +238,21 @@ def test_online_replay_on_float32_features_follows_the_decoder_closely(target, t
     assert rows_a == rows_b
     pairs = [(a, b) for a, b in zip(loss_a, loss_b) if not math.isnan(a)]
     assert len(pairs) > 10 and all(a == pytest.approx(b, rel=1e-4, abs=1e-6) for a, b in pairs)
+
+
+def test_sparse_targets_depend_only_on_the_top_m_list():
+    """What a recording keeps (top-m ids and probabilities) gives the online objective
+    the decoder's targets exactly: logits rebuilt from the top-m list (as the replay
+    does) and the full logits give the same rows and probabilities."""
+    from specloop.realmodels.online.samples import sparse_targets
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 200, generator=gen) * 3
+    t2d = torch.full((200,), -1, dtype=torch.long)
+    t2d[::3] = torch.arange(len(t2d[::3]))                      # a reduced vocabulary of every third token
+    top = torch.softmax(logits, -1).topk(16, dim=-1)
+    rebuilt = torch.full_like(logits, -1e30).scatter_(1, top.indices, top.values.log())
+    rows_a, probs_a = sparse_targets(logits, t2d, 16)
+    rows_b, probs_b = sparse_targets(rebuilt, t2d, 16)
+    assert torch.equal(rows_a, rows_b)
+    assert torch.allclose(probs_a, probs_b, atol=1e-6)
+    assert (rows_a == -1).any() and torch.allclose(probs_a.sum(-1), torch.ones(5))

@@ -24,9 +24,9 @@ Loss f_t(w) (`FeatureHeadObjective`): at every verified position j of the round
 (the pending token and each accepted node; row j of ``VerifyFeedback.target_logits``)
 the cross-entropy ``-sum_x p_target_j(x) log q_draft_j(x; w)`` of the draft head of
 depth j against the target's temperature-1 distribution, truncated to its top
-``top_m`` tokens inside the draft's reduced vocabulary and renormalised there (the
-draft cannot place mass outside its vocabulary; FR-Spec / EAGLE-3 train the same
-way). Equal to KL(p || q) up to the entropy of p, which does not depend on w.
+``top_m`` tokens, restricted to the draft's reduced vocabulary and renormalised there
+(the draft cannot place mass outside its vocabulary; FR-Spec / EAGLE-3 train the same
+way; `samples.sparse_targets` says why truncation comes first). Equal to KL(p || q) up to the entropy of p, which does not depend on w.
 Heads are unrolled teacher-forced on the committed tokens (Hydra's sequential
 dependence uses the heads' own features).
 

@@ -1,7 +1,8 @@
 """The online objectives f_t(w) of the drafters (`specloop.realmodels.online`): the
 cross-entropy -sum_x p_target(x) log q_draft(x; w) at every verified position of a
 round, against the target's temperature-1 distribution truncated to its top ``top_m``
-tokens inside the draft's reduced vocabulary (OnlineSpec Sec. 3; FR-Spec / EAGLE-3
+tokens and restricted to the draft's reduced vocabulary (`samples.sparse_targets`;
+OnlineSpec Sec. 3; FR-Spec / EAGLE-3
 train the same way). One objective per drafter family: feature heads (Medusa / Hydra),
 the distilled small LM, EAGLE / EAGLE-3 heads (training-time test)."""
 from __future__ import annotations
