@@ -6,13 +6,14 @@
                           [--soft-targets]]
     specloop draft features --target smollm2-135m [--tokens N] [--corpus-mix SRC=W,...]
     specloop draft export --target smollm2-135m --kind eagle|eagle3|medusa|KIND:PATH
-                          --format eagle|eagle3|medusa --out DIR [--checkpoint FOLDER]
+                          --format eagle|eagle3|medusa|vllm-medusa --out DIR [--checkpoint FOLDER]
 
 ``export`` writes a draft head in a published layout (EAGLE-1/2, EAGLE-3, Medusa;
-`specloop.realmodels.heads.published_export`): the target's saved draft of that kind
-(the draft cache, ``--checkpoint`` or the shipped copy; never trained here), or a
-published checkpoint ``KIND:PATH`` re-written. Heads that do not convert exactly are
-refused with the reason (exit 2).
+``vllm-medusa``: vLLM's Medusa layout; `specloop.realmodels.heads.published_export`): the
+target's saved draft of that kind (the draft cache, ``--checkpoint`` or the shipped
+copy; never trained here), or a published checkpoint ``KIND:PATH`` re-written. Heads
+that do not convert exactly are refused with the reason (exit 2); what vLLM's method
+would not run exactly is printed to stderr as ``note:`` lines.
 
 ``train`` dispatches through `specloop.realmodels.training.trainer.get_trainer`; the
 target's feature cache (teacher-forced features of the warm-up corpus) is built
@@ -82,11 +83,13 @@ def register(subparsers) -> None:
     feats.add_argument("--no-chat", action="store_true", help="skip the target's own chat responses")
     feats.add_argument("--corpus-mix", default=None, help=_MIX_HELP)
     feats.set_defaults(func=_features)
-    export = sub.add_parser("export", help="write a draft head in a published layout (EAGLE, EAGLE-3, Medusa)")
+    export = sub.add_parser("export", help="write a draft head in a published layout (EAGLE, EAGLE-3, Medusa, "
+                                           "vLLM's Medusa)")
     export.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
     export.add_argument("--kind", required=True,
                         help="eagle, eagle3 or medusa (the target's trained draft), or KIND:PATH (a published one)")
-    export.add_argument("--format", required=True, choices=("eagle", "eagle3", "medusa"), dest="fmt")
+    export.add_argument("--format", required=True, choices=("eagle", "eagle3", "medusa", "vllm-medusa"),
+                        dest="fmt", help="published layout (vllm-medusa: vLLM's medusa method)")
     export.add_argument("--out", required=True, help="output folder")
     export.add_argument("--checkpoint", default=None, help="draft folder of the trained draft (default: the cache)")
     export.set_defaults(func=_export)
@@ -94,7 +97,9 @@ def register(subparsers) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from specloop.realmodels.drafters.registry import make_drafter
-    from specloop.realmodels.heads.published_export import export_published
+    import sys
+
+    from specloop.realmodels.heads.published_export import export_published, vllm_notes
     from specloop.realmodels.loading import load_model
     if args.kind not in ("eagle", "eagle3", "medusa") and args.kind.partition(":")[0] not in ("eagle", "eagle3",
                                                                                               "medusa"):
@@ -104,6 +109,8 @@ def _export(args: argparse.Namespace) -> int:
     drafter = make_drafter(args.kind, target, checkpoint=args.checkpoint, train_if_missing=False, progress=False)
     folder = export_published(drafter, args.fmt, args.out, target)
     print(f"wrote {args.kind} for {args.target} as {args.fmt} to {folder}")
+    for note in vllm_notes(folder, args.fmt):
+        print(f"note: {note}", file=sys.stderr)
     return 0
 
 

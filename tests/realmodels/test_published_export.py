@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from specloop.cli import main
@@ -15,7 +16,7 @@ from specloop.realmodels.heads.eagle_drafter import EagleDrafter
 from specloop.realmodels.heads.common import ReducedVocab
 from specloop.realmodels.heads.head_drafting import MedusaDrafter
 from specloop.realmodels.heads.medusa import build_medusa
-from specloop.realmodels.heads.published_export import export_published
+from specloop.realmodels.heads.published_export import export_published, vllm_notes
 from tests.realmodels.test_published_heads import H, V, VD, _target, write_eagle, write_eagle3, write_medusa
 
 
@@ -138,3 +139,127 @@ def test_cli_export_refuses_with_exit_2(capsys, tmp_path):
     code = main(["draft", "export", "--target", "smollm2-135m", "--kind", "eagle3", "--format", "eagle3",
                  "--out", str(tmp_path / "x")])
     assert code == 2 and "cannot be written as EAGLE-3 exactly" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- vLLM layouts (vllm_notes, VLLM_COMMIT)
+def _vllm_medusa_reference(folder):
+    """vLLM's Medusa written from its code at VLLM_COMMIT (configs/medusa.py ``from_pretrained``,
+    models/medusa.py ``load_weights`` / ``forward`` / ``compute_logits``) in plain torch:
+    returns f(h [B, H], k) -> [B, V] logits (-inf off ``token_map``). Every vLLM parameter
+    must be in the file (vLLM would leave a missing one uninitialised) and nothing else."""
+    import json
+    cfg = json.loads((folder / "config.json").read_text())
+    for key in list(cfg):                           # MedusaConfig.from_pretrained's renaming
+        if "num" in key and "heads" in key:
+            cfg["num_heads"] = cfg.pop(key)
+        elif "num" in key and "layers" in key:
+            cfg["num_hidden_layers"] = cfg.pop(key)
+    assert cfg["model_type"] == "medusa" and cfg.get("architectures", ["MedusaModel"]) == ["MedusaModel"]
+    heads, layers, vocab = cfg["num_heads"], cfg["num_hidden_layers"], cfg["vocab_size"]
+    kept = cfg.get("truncated_vocab_size") or vocab
+    weights = {k.replace("medusa_heads.", ""): v for k, v in load_file(str(folder / "model.safetensors")).items()}
+    token_map = weights.pop("token_map") if kept < vocab else None
+    params = {f"blocks.{k}.layers.{l}.weight" for k in range(heads) for l in range(layers)}
+    if cfg.get("medusa_fc_bias", False):
+        params |= {f"blocks.{k}.layers.{l}.bias" for k in range(heads) for l in range(layers)}
+    params |= {f"lm_heads.{k}.weight" for k in range(heads)}
+    assert set(weights) == params
+    assert kept == vocab or token_map is not None
+
+    def logits(h, k):
+        x = h
+        for l in range(layers):
+            b = weights.get(f"blocks.{k}.layers.{l}.bias")
+            x = x + F.silu(F.linear(x, weights[f"blocks.{k}.layers.{l}.weight"], b))
+        lm = weights[f"lm_heads.{k}.weight"]
+        if token_map is not None and lm.shape[0] > token_map.shape[0]:
+            lm = lm[token_map]
+        assert lm.shape == (kept, h.shape[-1])
+        out = F.linear(x, lm)
+        if token_map is None:
+            return out
+        full = torch.full((*out.shape[:-1], vocab), -torch.inf)
+        full[..., token_map] = out
+        return full
+    return logits
+
+
+def _target_logits(drafter, h, k):
+    """specloop's head k on h as [B, V] target-vocabulary logits (-inf off the draft vocabulary)."""
+    heads = drafter.heads
+    mine = heads.head_logits(h, k)
+    full = torch.full((h.shape[0], heads.config.target_vocab_size), -torch.inf)
+    full[:, heads.lm_head.draft_to_target] = mine
+    return full
+
+
+@pytest.mark.parametrize("case", ["reduced-untied", "full-permuted", "published-tied"])
+def test_vllm_medusa_export_gives_specloop_logits_under_vllm_reader(tiny, tmp_path, case):
+    if case == "reduced-untied":        # both refused by the reference layout, exact in vLLM's
+        drafter = _specloop_medusa(tiny, 2, vocab=torch.randperm(V, generator=torch.Generator().manual_seed(5))[:VD],
+                                   tied=False)
+    elif case == "full-permuted":
+        drafter = _specloop_medusa(tiny, 1)
+    else:
+        write_medusa(tmp_path / "src", layers=2)
+        drafter = make_drafter(f"medusa:{tmp_path / 'src'}", tiny)
+    export_published(drafter, "vllm-medusa", tmp_path / "v", tiny)
+    reference = _vllm_medusa_reference(tmp_path / "v")
+    h = torch.randn(5, H, generator=torch.Generator().manual_seed(8))
+    with torch.no_grad():
+        for k in range(3):
+            theirs, mine = reference(h, k), _target_logits(drafter, h, k)
+            torch.testing.assert_close(theirs, mine, atol=1e-6, rtol=1e-6)
+            assert torch.equal(theirs.argmax(-1), mine.argmax(-1))
+    assert (("token_map" in load_file(str(tmp_path / "v" / "model.safetensors"))) == (case == "reduced-untied"))
+    assert vllm_notes(tmp_path / "v", "vllm-medusa") == []
+
+
+def test_reference_medusa_layout_is_named_as_not_vllms(tiny, tmp_path):
+    export_published(_specloop_medusa(tiny, 1), "medusa", tmp_path / "m", tiny)
+    assert "--format vllm-medusa" in vllm_notes(tmp_path / "m", "medusa")[0]
+    with pytest.raises(ValueError, match="export as vllm-medusa"):
+        export_published(_specloop_medusa(tiny, 2, tied=False), "medusa", tmp_path / "b", tiny)
+
+
+# vLLM's parameter names at VLLM_COMMIT (llama_eagle.py / llama_eagle3.py load_weights), as
+# checkpoint keys: the exported names must be exactly these (plus d2t/t2d for EAGLE-3).
+_LAYER = ("self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+          "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+          "post_attention_layernorm.weight")
+_VLLM_EAGLE = {"fc.weight", *(f"layers.0.{n}" for n in _LAYER)}
+_VLLM_EAGLE3 = {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d",
+                *(f"midlayer.{n}" for n in _LAYER + ("input_layernorm.weight", "hidden_norm.weight"))}
+
+
+@pytest.mark.parametrize("kind,writer,options,names", [
+    ("eagle", write_eagle, {"bias": False}, _VLLM_EAGLE), ("eagle3", write_eagle3, {}, _VLLM_EAGLE3)])
+def test_eagle_exports_carry_vllms_names_and_config_ids(tiny, tmp_path, kind, writer, options, names):
+    import json
+    writer(tmp_path / "src", **options)
+    cfg = json.loads((tmp_path / "src" / "config.json").read_text())
+    cfg.pop("architectures", None)                   # a source config without the ids vLLM reads
+    (tmp_path / "src" / "config.json").write_text(json.dumps(cfg))
+    export_published(make_drafter(f"{kind}:{tmp_path / 'src'}", tiny), kind, tmp_path / "out", tiny)
+    assert set(load_file(str(tmp_path / "out" / "model.safetensors"))) == names
+    written = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert written["model_type"] == "llama" and written["architectures"] == ["LlamaForCausalLM"]
+    assert kind == "eagle" or written["draft_vocab_size"] == VD
+    assert vllm_notes(tmp_path / "out", kind) == []
+
+
+def test_vllm_notes_name_what_vllm_would_not_run_exactly(tiny, tmp_path):
+    write_eagle(tmp_path / "src")                                        # fc with a bias
+    export_published(make_drafter(f"eagle:{tmp_path / 'src'}", tiny), "eagle", tmp_path / "out", tiny)
+    notes = vllm_notes(tmp_path / "out", "eagle")
+    assert len(notes) == 1 and "fc without a bias" in notes[0]
+    own = torch.randn(V, H, generator=torch.Generator().manual_seed(3))
+    from safetensors.torch import save_file
+    save_file({**write_eagle3(tmp_path / "e3"), "embed_tokens.weight": own}, str(tmp_path / "e3" / "model.safetensors"))
+    export_published(make_drafter(f"eagle3:{tmp_path / 'e3'}", tiny), "eagle3", tmp_path / "o3", tiny)
+    assert any("target's embeddings" in n for n in vllm_notes(tmp_path / "o3", "eagle3"))
+
+
+def test_cli_accepts_the_vllm_medusa_format(capsys, tmp_path):
+    assert main(["draft", "export", "--kind", "hydra", "--format", "vllm-medusa", "--out", str(tmp_path)]) == 2
+    assert "--kind must be eagle, eagle3, medusa or KIND:PATH" in capsys.readouterr().err

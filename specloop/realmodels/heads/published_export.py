@@ -25,9 +25,44 @@ What converts exactly, and what is refused (a one-line ``ValueError`` with the r
   vocabulary alone would convert exactly: it is EAGLE-3's ``d2t`` / ``t2d``.)
 * Any head into another family's format is refused.
 
+* ``vllm-medusa``: vLLM's own Medusa layout (below). It converts more than ``medusa``:
+  vLLM gives each of the L blocks its own weights (untied heads export exactly) and
+  reads a reduced vocabulary as ``token_map`` (-inf logits elsewhere, as specloop's
+  zero probability), so every Medusa head converts exactly.
+
 Output folders: ``config.json`` plus ``model.safetensors`` (EAGLE, EAGLE-3, as the
-reference's ``ea_model`` and vLLM read them) or ``medusa_lm_head.pt`` (Medusa's
-reference ``medusa_model``; vLLM's ``medusa`` method reads its own converted layout).
+reference's ``ea_model`` and vLLM read them; ``vllm-medusa``) or ``medusa_lm_head.pt``
+(``medusa``, for Medusa's reference ``medusa_model``; vLLM's default loader reads only
+``*.safetensors`` / ``*.bin``, so vLLM needs ``vllm-medusa``).
+
+vLLM check (read at vllm-project/vllm commit eca18691d2fe29c4f6c1b466709eda9f123116ea,
+2025-05-21, files ``vllm/model_executor/models/{medusa,llama_eagle,llama_eagle3,llama}.py``,
+``vllm/transformers_utils/configs/{medusa,eagle}.py``, ``model_loader/default_loader.py``;
+cross-checked against later stored versions: medusa.py 09cddad8, llama_eagle.py 00da9231,
+llama_eagle3.py 00bd1493):
+
+* **Medusa** (``Medusa.load_weights``): names ``blocks.{k}.layers.{l}.weight`` [H, H],
+  ``blocks.{k}.layers.{l}.bias`` [H] (only when the config says ``medusa_fc_bias``;
+  default false), ``lm_heads.{k}.weight`` [V', H], optional ``token_map`` int64 [V']
+  (read only when ``truncated_vocab_size`` V' < ``vocab_size``; logits are -inf off
+  it; with V' = V the rows are in target order), a ``medusa_heads.`` prefix stripped.
+  ``MedusaConfig`` (``model_type: medusa``, architecture ``MedusaModel``): ``hidden_size``,
+  ``vocab_size``, ``num_heads``, ``num_hidden_layers``, ``truncated_vocab_size``;
+  its ``from_pretrained`` renames every key holding "num" and "heads" / "layers" to
+  those two, so no other such key is written. Block l applies x + SiLU(W_l x + b_l).
+* **EAGLE-1/2** (``EagleLlamaForCausalLM``): ``fc.weight`` [H, 2H] and ``layers.0.*`` as
+  written here; but vLLM builds ``fc`` without a bias (``fc.bias`` fails to load at the
+  pinned commit, is skipped later) and reads ``"bias": true`` as an o_proj bias, and it
+  always uses the target's embeddings: `vllm_notes` names such folders.
+* **EAGLE-3** (``Eagle3LlamaForCausalLM``): ``fc.weight``, ``midlayer.*`` (renamed
+  ``layers.0.*``), ``norm.weight``, ``lm_head.weight`` [draft_vocab_size, H], ``d2t``
+  (offsets, as written), ``t2d`` skipped, config ``draft_vocab_size`` required,
+  ``target_hidden_size`` optional; the target layers fused are always (2, L//2, L-3)
+  and ``norm_before_residual`` / a head's own ``embed_tokens`` are not read at the
+  pinned commit (`vllm_notes`).
+* Both EAGLE methods pick the draft architecture from the config's ``architectures``
+  (``LlamaForCausalLM`` -> ``Eagle[3]LlamaForCausalLM``) and need ``model_type``;
+  both are written (default ``llama``) when the source config lacks them.
 """
 from __future__ import annotations
 
@@ -36,9 +71,12 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["EXPORT_FORMATS", "export_published"]
+__all__ = ["EXPORT_FORMATS", "export_published", "vllm_notes", "VLLM_COMMIT"]
 
-EXPORT_FORMATS = ("eagle", "eagle3", "medusa")
+EXPORT_FORMATS = ("eagle", "eagle3", "medusa", "vllm-medusa")
+_FAMILY = {"eagle": "eagle", "eagle3": "eagle3", "medusa": "medusa", "vllm-medusa": "medusa"}
+VLLM_COMMIT = "eca18691d2fe29c4f6c1b466709eda9f123116ea"
+_LLAMA_IDS = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
 
 _EAGLE_REFUSAL = ("specloop's EAGLE head cannot be written as EAGLE-1/2 exactly: it RMS-normalises the embedding "
                   "and feature halves before fc and the layer input before attention (the format has none of "
@@ -80,7 +118,7 @@ def _eagle_tensors(drafter, target) -> tuple[dict, dict]:
     t = {"fc.weight": _cpu(head.fuse.weight), **_layer(head, "layers.0."), **_embedding_if_own(head, target)}
     if head.fuse.bias is not None:
         t["fc.bias"] = _cpu(head.fuse.bias)
-    cfg = {**head.published_config, "bias": head.fuse.bias is not None,
+    cfg = {**_LLAMA_IDS, **head.published_config, "bias": head.fuse.bias is not None,
            "qkv_bias": head.q_proj.bias is not None}
     return t, cfg
 
@@ -98,50 +136,74 @@ def _eagle3_tensors(drafter, target) -> tuple[dict, dict]:
          "midlayer.hidden_norm.weight": _cpu(head.input_norm.hidden_norm.weight),
          "norm.weight": _cpu(head.out_norm.weight), "lm_head.weight": _cpu(head.lm_head),
          "d2t": d2t - torch.arange(d2t.numel()), "t2d": t2d, **_embedding_if_own(head, target)}
-    cfg = {**head.published_config, "draft_vocab_size": int(d2t.numel())}
+    cfg = {**_LLAMA_IDS, **head.published_config, "draft_vocab_size": int(d2t.numel())}
     return t, cfg
 
 
-def _medusa_tensors(drafter, target) -> tuple[dict, dict]:
+def _medusa_parts(drafter) -> tuple[list, list, torch.Tensor, dict]:
+    """A Medusa drafter's heads as (blocks[k][l] = (W [H, H], b [H]), outs[k] = [V_d, H]
+    LM-head rows, d2t int64 [V_d] = the target id of each row, source config)."""
     from specloop.realmodels.heads.medusa import MedusaHeads
     from specloop.realmodels.heads.published import PublishedMedusaHeads
     heads = drafter.heads
-    if isinstance(heads, PublishedMedusaHeads):
-        blocks = [(b.weight, b.bias) for b in heads.blocks]
-        outs = [o.weight for o in heads.outs]
-        cfg = dict(heads.published_config)
-    elif isinstance(heads, MedusaHeads):
-        blocks, outs, cfg = _specloop_medusa(heads)
-    else:
-        raise ValueError(f"a {type(heads).__name__} cannot be written as Medusa heads")
-    layers = int(cfg.get("medusa_num_layers", 1))
+    if isinstance(heads, PublishedMedusaHeads):          # one tied block per head, applied L times
+        layers = heads.config.num_layers
+        blocks = [[(b.weight, b.bias)] * layers for b in heads.blocks]
+        return blocks, [o.weight for o in heads.outs], torch.arange(heads.config.target_vocab_size), \
+            dict(heads.published_config)
+    if isinstance(heads, MedusaHeads):                   # own blocks per layer, one shared reduced LM head
+        blocks = [[(b.linear.weight, b.linear.bias) for b in head] for head in heads.heads]
+        return blocks, [heads.lm_head.proj.weight] * len(blocks), heads.lm_head.draft_to_target, {}
+    raise ValueError(f"a {type(heads).__name__} cannot be written as Medusa heads")
+
+
+def _target_order(rows: torch.Tensor, d2t: torch.Tensor) -> torch.Tensor:
+    """[V, H] rows in target-id order from full-vocabulary rows in draft order."""
+    full = torch.empty_like(rows, device="cpu")
+    full[d2t.cpu()] = _cpu(rows)
+    return full
+
+
+def _medusa_tensors(drafter, target) -> tuple[dict, dict]:
+    """FasterDecoding/Medusa's ``medusa_lm_head.pt`` keys (tied blocks, full vocabulary)."""
+    blocks, outs, d2t, cfg = _medusa_parts(drafter)
+    vocab = drafter.heads.config.target_vocab_size
+    if d2t.numel() != vocab:
+        raise ValueError(f"specloop's Medusa heads draft over a reduced vocabulary of {d2t.numel()} of "
+                         f"{vocab} tokens; Medusa's format gives every head a bias-free "
+                         "full-vocabulary LM head, which cannot give the other tokens zero probability (train "
+                         f"with --vocab-size {vocab}, or export as vllm-medusa)")
+    for k, head in enumerate(blocks):
+        w0, b0 = head[0]
+        if any(not (torch.equal(w, w0) and torch.equal(b, b0)) for w, b in head):
+            raise ValueError(f"specloop's Medusa head {k} has {len(head)} different residual blocks; Medusa's "
+                             "format applies one tied block L times ([ResBlock] * L) (export as vllm-medusa)")
+    layers = len(blocks[0])
     t = {}
-    for k, ((w, b), out) in enumerate(zip(blocks, outs)):
+    for k, (head, out) in enumerate(zip(blocks, outs)):
         for layer in range(layers):          # the reference saves its tied block under every index
-            t[f"{k}.{layer}.linear.weight"], t[f"{k}.{layer}.linear.bias"] = _cpu(w), _cpu(b)
-        t[f"{k}.{layers}.weight"] = _cpu(out)
+            t[f"{k}.{layer}.linear.weight"], t[f"{k}.{layer}.linear.bias"] = _cpu(head[0][0]), _cpu(head[0][1])
+        t[f"{k}.{layers}.weight"] = _target_order(out, d2t)
     return t, {**cfg, "medusa_num_heads": len(outs), "medusa_num_layers": layers}
 
 
-def _specloop_medusa(heads) -> tuple[list, list, dict]:
-    c = heads.config
-    if c.draft_vocab_size != c.target_vocab_size:
-        raise ValueError(f"specloop's Medusa heads draft over a reduced vocabulary of {c.draft_vocab_size} of "
-                         f"{c.target_vocab_size} tokens; Medusa's format gives every head a bias-free "
-                         "full-vocabulary LM head, which cannot give the other tokens zero probability (train "
-                         f"with --vocab-size {c.target_vocab_size} to export)")
-    blocks = []
-    for k, head in enumerate(heads.heads):
-        first = head[0].linear
-        if any(not (torch.equal(b.linear.weight, first.weight) and torch.equal(b.linear.bias, first.bias))
-               for b in head):
-            raise ValueError(f"specloop's Medusa head {k} has {c.num_layers} different residual blocks; Medusa's "
-                             "format applies one tied block L times ([ResBlock] * L)")
-        blocks.append((first.weight, first.bias))
-    proj = heads.lm_head.proj.weight
-    full = torch.empty(c.target_vocab_size, c.hidden_size, dtype=proj.dtype, device=proj.device)
-    full[heads.lm_head.draft_to_target] = proj.detach()
-    return blocks, [full] * c.num_heads, {"medusa_num_layers": c.num_layers}
+def _vllm_medusa_tensors(drafter, target) -> tuple[dict, dict]:
+    """vLLM's Medusa names (module docstring); every Medusa head converts exactly."""
+    blocks, outs, d2t, _ = _medusa_parts(drafter)
+    c = drafter.heads.config
+    reduced = d2t.numel() < c.target_vocab_size
+    t = {}
+    for k, (head, out) in enumerate(zip(blocks, outs)):
+        for layer, (w, b) in enumerate(head):
+            t[f"blocks.{k}.layers.{layer}.weight"] = _cpu(w).clone()     # safetensors refuses shared storage
+            t[f"blocks.{k}.layers.{layer}.bias"] = _cpu(b).clone()
+        t[f"lm_heads.{k}.weight"] = _cpu(out).clone() if reduced else _target_order(out, d2t)
+    if reduced:
+        t["token_map"] = _cpu(d2t).long()
+    cfg = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": int(c.hidden_size),
+           "vocab_size": int(c.target_vocab_size), "num_heads": len(outs), "num_hidden_layers": len(blocks[0]),
+           "truncated_vocab_size": int(d2t.numel()), "medusa_fc_bias": True}
+    return t, cfg
 
 
 def _family(drafter) -> str:
@@ -162,7 +224,8 @@ def export_published(drafter, fmt: str, out: str | Path, target) -> Path:
     Args:
         drafter: an `EagleDrafter` (EAGLE / EAGLE-3 head) or `MedusaDrafter`, possibly
             wrapped by an online drafter (its ``inner`` is used).
-        fmt: one of `EXPORT_FORMATS`.
+        fmt: one of `EXPORT_FORMATS` (``vllm-medusa``: vLLM's Medusa layout, the
+            others the reference code's).
         out: folder (created); ``config.json`` and the weights file are replaced.
         target: the `LoadedModel` the head drafts for (its embeddings decide whether
             ``embed_tokens.weight`` is written).
@@ -178,11 +241,11 @@ def export_published(drafter, fmt: str, out: str | Path, target) -> Path:
         raise ValueError(f"unknown export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}")
     drafter = getattr(drafter, "inner", drafter)
     family = _family(drafter)
-    if family != fmt:
+    if family != _FAMILY[fmt]:
         raise ValueError(f"a{'n' if family[0] == 'e' else ''} {family} head cannot be written in the {fmt} format"
                          + (f" (export it as {family})" if family in EXPORT_FORMATS else ""))
-    tensors, cfg = {"eagle": _eagle_tensors, "eagle3": _eagle3_tensors, "medusa": _medusa_tensors}[fmt](
-        drafter, target)
+    tensors, cfg = {"eagle": _eagle_tensors, "eagle3": _eagle3_tensors, "medusa": _medusa_tensors,
+                    "vllm-medusa": _vllm_medusa_tensors}[fmt](drafter, target)
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.json").write_text(json.dumps(cfg, indent=1), encoding="utf-8")
@@ -192,3 +255,37 @@ def export_published(drafter, fmt: str, out: str | Path, target) -> Path:
         from safetensors.torch import save_file
         save_file(tensors, str(folder / "model.safetensors"))
     return folder
+
+
+def vllm_notes(folder: str | Path, fmt: str) -> list[str]:
+    """Why vLLM's method for ``fmt`` (at `VLLM_COMMIT`, module docstring) would not run
+    the head in ``folder`` (written by `export_published`) exactly; [] when it would.
+
+    Returns:
+        One-line reasons (fc bias, own embeddings, ``norm_before_residual``, other
+        EAGLE-3 target layers, the reference Medusa layout).
+
+    Raises:
+        FileNotFoundError: ``folder`` lacks config.json or its weights file.
+    """
+    from specloop.realmodels.heads.published_files import read_config, read_tensors
+    folder = Path(folder)
+    cfg = read_config(folder, fmt)
+    if fmt == "medusa":
+        return ["vLLM's medusa method reads blocks.*/lm_heads.* from *.safetensors or *.bin with model_type "
+                "medusa, not medusa_lm_head.pt: export with --format vllm-medusa for vLLM"]
+    if fmt not in ("eagle", "eagle3"):
+        return []
+    names = set(read_tensors(folder, fmt, ("model.safetensors",)))
+    notes = []
+    if "fc.bias" in names:
+        notes.append("vLLM's eagle method builds fc without a bias (fc.bias does not load; \"bias\": true also "
+                     "gives its o_proj a bias): only a \"bias\": false head runs there exactly")
+    if "embed_tokens.weight" in names:
+        notes.append(f"vLLM's {fmt} method uses the target's embeddings, not the head's own embed_tokens.weight")
+    if fmt == "eagle3" and cfg.get("norm_before_residual"):
+        notes.append("vLLM's eagle3 method (at the pinned commit) does not read norm_before_residual")
+    if fmt == "eagle3" and (cfg.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids"):
+        notes.append("vLLM's eagle3 method (at the pinned commit) fuses target layers (2, L//2, L-3) whatever "
+                     "the config's eagle_aux_hidden_state_layer_ids say")
+    return notes
