@@ -125,9 +125,10 @@ class RecordSettings:
         prompts_sha256: `prompts_fingerprint` of the prompts' token ids.
         feature_dtype: storage of ``hidden_<l>`` and ``topm_probs``: "float16" (the
             default, half the size) or "float32" (the decoder's values up to float32
-            rounding: an online learner replayed on it follows the decoder round for
-            round, where float16 rounding of its training signal makes it drift).
-            Recordings made before this setting are float16.
+            rounding). On SmolLM2 both replayed frozen and online Hydra round for
+            round (`benchmarks/results/check_replay_sharegpt10*.json`); float32 is
+            for targets or heads where float16 rounding may matter. Recordings made
+            before this setting are float16.
     """
 
     target: str
