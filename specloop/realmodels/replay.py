@@ -39,7 +39,6 @@ Arctic Inference's SuffixDecoding ``simulator.py`` and of `specloop ltd record`.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from pathlib import Path
@@ -52,7 +51,7 @@ from specloop.realmodels.drafters.base import Drafter, DraftProposal, VerifyFeed
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.sampling import SamplingConfig
 from specloop.realmodels.session import DecodeSession, GenerationResult, TargetPass
-from specloop.realmodels.verify import VerifyOutcome, children_lists, verify_greedy
+from specloop.realmodels.verify import VerifyOutcome, verify_greedy
 from specloop.strategies.base import DraftPolicy
 from specloop.strategies.engine import drive_round
 from specloop.theory.speedup import VerifyCostTable
@@ -166,9 +165,6 @@ class ReplaySession(DecodeSession):
     def _keep_accepted(self, passed: TargetPass, accepted: list[int]) -> None:
         return None                                   # no target cache to prune
 
-    def _acceptance_probs(self, passed: TargetPass, p_target, accepted: list[int]) -> tuple:
-        return _position_acceptance_greedy(passed, passed.proposal, accepted)
-
     def _verify_seconds(self, passed: TargetPass, measured: float) -> float:
         width = self.decoder._verify_width(passed.proposal.size + 1)
         return float(self.decoder.verify_cost(width)) + measured
@@ -190,27 +186,6 @@ class ReplaySession(DecodeSession):
             target_hidden=self._hidden(base, base + rows),
             child_acceptance_ratios=outcome.child_acceptance_ratios,
             finished=eos or len(committed) >= self.remaining)
-
-
-def _position_acceptance_greedy(passed: TargetPass, proposal: DraftProposal, accepted: list[int]) -> tuple:
-    """Acc_j of a greedy round (`session._position_acceptance` with one-hot p): 1/0 for
-    a point-mass draft, q_j(greedy token) for a draft with ``q_draft``."""
-    if proposal.size == 0:
-        return ()
-    kids = children_lists(proposal.parents.cpu())
-    out, parent = [], -1
-    for j in range(len(accepted) + 1):
-        node = accepted[j] if j < len(accepted) else (kids.get(parent) or [None])[0]
-        if node is None:
-            break
-        target = int(passed.argmax[parent + 1])
-        if proposal.q_draft is None:
-            out.append(float(target == int(proposal.tokens[node])))
-        else:
-            q = proposal.q_draft[node]
-            out.append(float(q[target]) if 0 <= target < q.shape[0] else 0.0)
-        parent = node
-    return tuple(out)
 
 
 class ReplayDecoder:

@@ -439,7 +439,8 @@ def _position_acceptance(passed: TargetPass, p_target, proposal: DraftProposal, 
     """Acc_j = sum_x min(p_j(x), q_j(x)) at each verified position j along the accepted
     path and the first position past it that had a drafted child (the first child tried
     there): the draft's per-position acceptance probability (a point-mass q gives
-    p_j(x_j); greedy p is one-hot)."""
+    p_j(x_j); greedy p is one-hot). ``p_target`` None: greedy, read from the pass's
+    argmax (the replay's greedy rows of a draft with q_draft give q_j(argmax))."""
     if proposal.size == 0:
         return ()
     kids = children_lists(proposal.parents.cpu())
@@ -449,8 +450,11 @@ def _position_acceptance(passed: TargetPass, p_target, proposal: DraftProposal, 
         if node is None:
             break
         token = int(proposal.tokens[node])
-        if p_target is None:                              # greedy, point-mass draft
+        if p_target is None and proposal.q_draft is None:   # greedy, point-mass draft
             out.append(float(int(passed.argmax[parent + 1]) == token))
+        elif p_target is None:        # greedy p (one-hot at the argmax) against q: q(argmax), as the dense path
+            greedy, q = int(passed.argmax[parent + 1]), proposal.q_draft[node]
+            out.append(float(q[greedy]) if 0 <= greedy < q.shape[0] else 0.0)
         else:
             p = p_target[parent + 1].double().cpu()
             if proposal.q_draft is None:
