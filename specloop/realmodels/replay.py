@@ -121,8 +121,17 @@ class ReplaySession(DecodeSession):
                      .to(self.decoder.dtype) for layer in self._layers)
 
     def _next_token(self, position: int) -> int:
-        """The target's greedy token after position ``position`` (the recorded next
-        token; after the recording's last token, its top-1)."""
+        """The target's greedy token after position ``position`` for acceptance: the
+        recorded next token; -1 after the recording's last token (nothing past the
+        recording is accepted: the recording ends at EOS, after which committed tokens
+        are dropped, or at the token cap the replay never exceeds)."""
+        if position + 1 < self._tokens.size:
+            return int(self._tokens[position + 1])
+        return -1
+
+    def _top1(self, position: int) -> int:
+        """The target's greedy token after ``position`` for feedback (after the
+        recording's last token, e.g. an accepted EOS, its recorded top-1)."""
         if position + 1 < self._tokens.size:
             return int(self._tokens[position + 1])
         return int(self.record["topm_ids"][position, 0])
@@ -178,7 +187,7 @@ class ReplaySession(DecodeSession):
         probs = torch.from_numpy(np.asarray(self.record["topm_probs"][base:base + rows], dtype=np.float32))
         logits = torch.full((rows, vocab), _NEG, dtype=torch.float32)
         logits.scatter_(1, ids, torch.where(probs > 0, probs.clamp_min(1e-38).log(), torch.full_like(probs, _NEG)))
-        greedy = passed.argmax[[0] + [1 + j for j in accepted]].reshape(-1, 1)
+        greedy = torch.tensor([self._top1(base + i) for i in range(rows)], dtype=torch.long).reshape(-1, 1)
         one_hot = torch.zeros(rows, vocab, dtype=torch.float32).scatter_(1, greedy, 1.0)
         return VerifyFeedback(
             proposal=passed.proposal, accepted_nodes=tuple(accepted),

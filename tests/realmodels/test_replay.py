@@ -254,3 +254,40 @@ def test_sparse_targets_depend_only_on_the_top_m_list():
     assert torch.equal(rows_a, rows_b)
     assert torch.allclose(probs_a, probs_b, atol=1e-6)
     assert (rows_a == -1).any() and torch.allclose(probs_a.sum(-1), torch.ones(5))
+
+
+def _oracle(sequence: list[int]):
+    """A drafter proposing the next k tokens of a known sequence (the recorded
+    continuation, then the target's own greedy tokens after EOS): drafts that run
+    past EOS and are accepted there."""
+    from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
+
+    class Oracle(BaseDrafter):
+        name = "oracle"
+
+        def propose(self, request):
+            start, k = int(request.ids.numel()), int(request.plan.num_draft_tokens)
+            return DraftProposal.chain(sequence[start:start + k] or [0])
+
+    return Oracle()
+
+
+def test_drafts_accepted_past_eos_replay_as_the_decoder(target, recording):
+    """Regression: a draft accepted past the recording's final EOS made the replay's
+    feedback index a -1 target row (it crashed at SmolLM2 prompt 7 with EAGLE-3)."""
+    from .decoder_util import plain_greedy
+    rec, items = recording
+    ended = [i for i in items if rec.prompt(i.index)["stop_reason"] == "eos"]
+    assert ended, "the fixture needs a prompt whose recording ends at EOS"
+    for item in ended:
+        recorded = rec.prompt(item.index)["tokens"].tolist()
+        sequence = recorded + plain_greedy(target.model, recorded, 6)           # the target's tokens after EOS
+        rows = {}
+        for kind in ("real", "replay"):
+            decoder = (SpeculativeDecoder(target, _oracle(sequence), policy=FixedDraftPolicy(5), eos_token_id=EOS)
+                       if kind == "real" else
+                       ReplayDecoder(rec, target, _oracle(sequence), policy=FixedDraftPolicy(5), verify_cost=COST))
+            result = decoder.generate(list(item.ids), NEW, stream_index=item.index)
+            rows[kind] = ([_key(r)[2:6] for r in result.trace], list(result.new_tokens))
+        assert rows["replay"] == rows["real"]
+        assert rows["real"][1][-1] == EOS
