@@ -18,7 +18,7 @@ __all__ = ["register_check", "run_check"]
 
 
 def register_check(sub) -> None:
-    from specloop.strategies.precondition import PRECONDITIONERS
+    from specloop.cli._online_flags import add_online_flags
     parser = sub.add_parser("check-replay", help="compare a replay with the real decoder round for round",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recording", metavar="REC", help="recording folder ('specloop stream record')")
@@ -27,13 +27,7 @@ def register_check(sub) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default: the recording's")
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4)
     parser.add_argument("--chunk", type=int, default=4)
-    parser.add_argument("--mode", choices=["round", "chunk"], default="round",
-                        help="online update mode (default round: per-round micro-updates)")
-    parser.add_argument("--lr", type=float, default=None)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--update-every", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--precondition", choices=PRECONDITIONERS, default="none")
+    add_online_flags(parser, mode_default="round")
     parser.add_argument("--drafts", default=None, metavar="DIR", help="as 'specloop stream --drafts'")
     parser.add_argument("--cost-table", default=None, metavar="FILE", help="the replay's verify-cost JSON")
     parser.add_argument("--device", default="cpu")
@@ -46,6 +40,7 @@ def register_check(sub) -> None:
 def _check(args) -> dict:
     from tqdm.auto import tqdm
 
+    from specloop.cli._online_flags import online_flags
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.replay import load_verify_cost
     from specloop.realmodels.replay_check import check_replay
@@ -61,8 +56,7 @@ def _check(args) -> dict:
     max_new = recorded if args.max_new_tokens is None else int(args.max_new_tokens)
     if not 1 <= max_new <= recorded:
         raise ValueError(f"--max-new-tokens must be in [1, {recorded}] (the recording's), got {max_new}")
-    online = {"mode": args.mode, "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
-              "update_every": args.update_every, "precondition": args.precondition, "background": False}
+    online = online_flags(args)
     config = StreamConfig(chunk=args.chunk, max_new_tokens=max_new, num_draft_tokens=args.num_draft_tokens,
                           online=online, seed=args.seed)
     cost = load_verify_cost(args.cost_table, recording.settings["dtype"])

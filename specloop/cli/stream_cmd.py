@@ -39,7 +39,7 @@ DEFAULT_METHODS = "hydra,osd-hydra,opt-hydra,ens-hydra"
 
 
 def register(subparsers) -> None:
-    from specloop.strategies.precondition import PRECONDITIONERS
+    from specloop.cli._online_flags import add_online_flags
     parser = subparsers.add_parser("stream", help="online draft adaptation over a real prompt stream",
                                    description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
@@ -57,16 +57,7 @@ def register(subparsers) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="tokens per prompt (default 96; with --replay the recording's)")
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4, help="chain length k per round")
-    parser.add_argument("--mode", choices=["round", "chunk"], default="chunk",
-                        help="chunk (default, the paper's App. B set-up): epochs over each chunk's samples after the chunk; round: a micro-update from a replay buffer every round")
-    parser.add_argument("--lr", type=float, default=None, help="learner step size (default per learner)")
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--update-every", type=int, default=1, help="rounds between micro-updates (round mode)")
-    parser.add_argument("--epochs", type=int, default=2, help="passes per chunk (chunk mode)")
-    parser.add_argument("--precondition", choices=PRECONDITIONERS, default="none",
-                        help="rms: divide the learner's gradients by their running RMS (adaptive OGD, "
-                             "Adam-like per-element steps of size --lr); none: raw gradients")
-    parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
+    add_online_flags(parser, mode_default="chunk", background=True)
     parser.add_argument("--drafts", default=None, metavar="DIR",
                         help="read each method's draft from DIR/<kind> (as 'specloop draft train --out DIR/<kind>' "
                              "writes) instead of the draft cache or the shipped copy, e.g. drafts trained with "
@@ -105,10 +96,9 @@ def _check_args(args) -> None:
 def _stream_run(args):
     """The typed `specloop.realmodels.stream_results.StreamRun` of the parsed flags."""
     from specloop.realmodels.stream import StreamConfig
+    from specloop.cli._online_flags import online_flags
     from specloop.realmodels.stream_results import StreamRun
-    online = {"mode": args.mode, "lr": args.lr, "batch_size": args.batch_size, "epochs": args.epochs,
-              "update_every": args.update_every, "precondition": args.precondition,
-              "background": args.background}
+    online = online_flags(args)
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:
         max_new_tokens = 96 if args.replay is None else _recorded_max_new_tokens(args.replay)

@@ -22,6 +22,7 @@ __all__ = ["register_scale", "run_scale"]
 
 
 def register_scale(sub) -> None:
+    from specloop.cli._online_flags import add_online_flags
     from specloop.realmodels.stream_scale import BACKENDS
     parser = sub.add_parser("scale", help="the online-at-scale grid over a recording (replays)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,10 +34,7 @@ def register_scale(sub) -> None:
     parser.add_argument("--lr-grid", action="append", default=[], metavar="METHOD=LR:LR",
                         help="learning-rate jobs for a method, e.g. ogd-hydra=1e-4:3e-4:1e-3")
     parser.add_argument("--chunk", type=int, default=None, help="prompts per chunk (default: the paper's, 80/40)")
-    parser.add_argument("--mode", choices=["round", "chunk"], default="chunk")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=4)
-    parser.add_argument("--precondition", default="none")
+    add_online_flags(parser, mode_default="chunk", lr=False)       # rates: the learners' defaults and --lr-grid
     parser.add_argument("--prompts", type=int, default=None, help="the first N prompts of the (sub-)stream")
     parser.add_argument("--every", type=int, default=1, help="replay every N-th recorded prompt")
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4)
@@ -74,12 +72,12 @@ def _lr_grid(values) -> dict:
 
 
 def _grid(args):
+    from specloop.cli._online_flags import online_flags
     from specloop.realmodels.stream_record import open_recording, recorded_items
     from specloop.realmodels.stream_scale import GridSettings, baseline_job, plan_jobs
     recording = open_recording(args.recording)
     items = recorded_items(recording, args.prompts, args.every)            # checks --prompts / --every
-    online = {"mode": args.mode, "epochs": args.epochs, "batch_size": args.batch_size,
-              "precondition": args.precondition}
+    online = {k: v for k, v in online_flags(args).items() if k != "background"}   # replays refuse it
     jobs = plan_jobs(_protocols(args.protocol), [m for m in args.method.split(",") if m.strip()], seeds=args.seeds,
                      lr_grid=_lr_grid(args.lr_grid), chunk=args.chunk, online=online)
     settings = GridSettings(recording=str(args.recording), out=args.out, prompts=args.prompts, every=args.every,

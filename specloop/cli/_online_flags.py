@@ -1,0 +1,38 @@
+"""The online-adaptation flags shared by ``specloop stream``, ``stream check-replay``
+and ``stream scale`` (one definition, so the three read the same `OnlineConfig` fields
+with the same defaults and validation)."""
+from __future__ import annotations
+
+__all__ = ["add_online_flags", "online_flags"]
+
+
+def add_online_flags(parser, *, mode_default: str = "chunk", lr: bool = True, background: bool = False) -> None:
+    """Add --mode, --lr (unless ``lr`` is False: the grid sets rates per job),
+    --batch-size, --update-every, --epochs, --precondition and, with ``background``,
+    --background."""
+    from specloop.strategies.precondition import PRECONDITIONERS
+    parser.add_argument("--mode", choices=["round", "chunk"], default=mode_default,
+                        help="chunk (the paper's App. B set-up): epochs over each chunk's samples after the chunk; "
+                             "round: a micro-update from a replay buffer every round"
+                             f" (default {mode_default})")
+    if lr:
+        parser.add_argument("--lr", type=float, default=None, help="learner step size (default per learner)")
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--update-every", type=int, default=1, help="rounds between micro-updates (round mode)")
+    parser.add_argument("--epochs", type=int, default=2, help="passes per chunk (chunk mode)")
+    parser.add_argument("--precondition", choices=PRECONDITIONERS, default="none",
+                        help="rms: divide the learner's gradients by their running RMS (adaptive OGD, "
+                             "Adam-like per-element steps of size --lr); none: raw gradients")
+    if background:
+        parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
+
+
+def online_flags(args) -> dict:
+    """`StreamConfig.online` of the parsed flags (``lr`` and ``background`` where the
+    command has them)."""
+    out = {"mode": args.mode, "batch_size": args.batch_size, "epochs": args.epochs,
+           "update_every": args.update_every, "precondition": args.precondition}
+    if hasattr(args, "lr"):
+        out["lr"] = args.lr
+    out["background"] = bool(getattr(args, "background", False))
+    return out
