@@ -39,7 +39,7 @@ def _measure(dtype: str, args) -> dict:
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.policy import FixedDraftPolicy
     from specloop.realmodels.stream import NoDraft
-    from specloop.realmodels.stream_record import generate_batch, head_feature_layers
+    from specloop.realmodels.stream_record import first_difference, generate_batch, head_feature_layers
     target = load_model(args.target, dtype=dtype)
     items = build_stream(args.datasets, args.prompts, target.tokenizer, max_prompt_tokens=args.max_prompt_tokens)
     prompts = [list(it.ids) for it in items]
@@ -60,8 +60,7 @@ def _measure(dtype: str, args) -> dict:
     for i, (rec, ref) in enumerate(zip(batched, single)):
         got = rec["tokens"][len(prompts[i]):].tolist()
         if got != ref:
-            first = next((j for j, (a, c) in enumerate(zip(got, ref)) if a != c), min(len(got), len(ref)))
-            divergent.append({"prompt": i, "first_diff": first})
+            divergent.append({"prompt": i, "first_diff": first_difference(got, ref)})
     new_batched = sum(r["new_tokens"] for r in batched)
     new_single = sum(len(t) for t in single)
     hidden = int(target.model.config.hidden_size)

@@ -73,13 +73,13 @@ def compare_traces(real, replay) -> dict:
 
 def _divergent(recording, outputs: list[list[int]], max_new_tokens: int) -> list[dict]:
     """Prompts whose real output leaves the recorded continuation (first differing token)."""
+    from specloop.realmodels.stream_record import first_difference
     out = []
     for index, tokens in enumerate(outputs):
         record = recording.prompt(index)
         recorded = [int(t) for t in record["tokens"][record["prompt_length"]:]][:max_new_tokens]
         if list(tokens) != recorded:
-            first = next((i for i, (x, y) in enumerate(zip(tokens, recorded)) if x != y), min(len(tokens), len(recorded)))
-            out.append({"stream_index": index, "first_diff": first})
+            out.append({"stream_index": index, "first_diff": first_difference(tokens, recorded)})
     return out
 
 

@@ -94,7 +94,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["recorded_items", "FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_layers", "layer_name",
+__all__ = ["recorded_items", "first_difference", "FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_layers", "layer_name",
            "generate_batch", "prompts_fingerprint", "check_settings", "record_stream", "Recording",
            "open_recording", "check_batched", "recording_bytes"]
 
@@ -525,6 +525,12 @@ def record_stream(target, items, out_dir, settings: RecordSettings, *, check_pro
     return manifest
 
 
+def first_difference(a, b) -> int:
+    """Index of the first token where sequences ``a`` and ``b`` differ (the shorter
+    one's length when one is a prefix of the other)."""
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 def _sample_indices(total: int, count: int) -> list[int]:
     """``count`` stream indices spread evenly over ``range(total)`` (unique, ascending)."""
     return sorted({int(round(x)) for x in np.linspace(0, total - 1, min(int(count), total))})
@@ -557,9 +563,7 @@ def check_batched(target, out_dir, stream_indices, eos_ids=None) -> dict:
         batch1 = decoder.generate(prompt, max_new).new_tokens
         recorded = rec["tokens"][rec["prompt_length"]:].tolist()
         if batch1 != recorded:
-            first = next((i for i, (a, b) in enumerate(zip(batch1, recorded)) if a != b),
-                         min(len(batch1), len(recorded)))
-            divergent.append({"stream_index": int(index), "first_diff": int(first)})
+            divergent.append({"stream_index": int(index), "first_diff": first_difference(batch1, recorded)})
     return {"stream_indices": [int(i) for i in stream_indices], "matching": len(stream_indices) - len(divergent),
             "divergent": divergent}
 

@@ -208,3 +208,9 @@ def test_float32_features_and_older_float16_manifests(model, tmp_path):
     assert (tmp_path / "old" / "shard-0000.npz").read_bytes() == before
     with pytest.raises(ValueError, match="feature_dtype"):
         _settings(1, feature_dtype="bfloat16")
+
+
+def test_first_difference():
+    from specloop.realmodels.stream_record import first_difference
+    assert first_difference([1, 2, 3], [1, 5, 3]) == 1
+    assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([], [4]) == 0
