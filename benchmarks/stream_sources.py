@@ -62,6 +62,9 @@ RESULTS = HERE / "results"
 DEFAULT_RECORDING = Path("/work/recordings/sharegpt3x400")
 SOURCES = ("ngram", "ngram-learned", "datastore", "suffix", "suffix-chain", "eagle3")
 HEDGES = ("hedge-choose", "hedge-merge", "hedge-sources")
+#: the same Hedges scored with the mean per-round rate loss (``loss="rate"``), beside the
+#: default throughput (Dinkelbach ratio) loss, for the comparison; not in the default rows
+RATE_HEDGES = ("hedge-choose-rate", "hedge-merge-rate")
 #: the model-free sources Hedge mixes (the plain-name rows above, same plans)
 HEDGE_SOURCES = ("suffix", "ngram", "ngram-learned", "datastore")
 #: rows whose rounds do not depend on the cost table (no cost rule, no Hedge loss): replayed once
@@ -132,15 +135,15 @@ def build_method(name: str, target, dtype: str, args, index):
         model_dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")   # the head runs as the target
         head = make_drafter("eagle3", target, train_if_missing=False, progress=False, dtype=model_dtype)
         return head, FixedDraftPolicy(args.eagle3_k)
-    if name in ("hedge-choose", "hedge-merge"):
+    if name in ("hedge-choose", "hedge-merge") + RATE_HEDGES:
         parts = {n: build_method(n, target, dtype, args, index)[0] for n in HEDGE_SOURCES}
         parts["ngram-learned"] = ChainPlanSource(parts["ngram-learned"], budget)
         drafter = HedgeDrafter(list(parts.values()), list(parts), verify_cost=cost, mode=name.split("-")[1],
-                               max_nodes=budget, seed=0)
+                               loss="rate" if name.endswith("-rate") else "ratio", max_nodes=budget, seed=0)
         return drafter, tree
     if name == "hedge-sources":
         return make_drafter(HEDGE_SOURCES_DRAFTER, target, dtype=dtype), tree
-    raise ValueError(f"unknown method {name!r}; known: {', '.join(SOURCES + HEDGES)}")
+    raise ValueError(f"unknown method {name!r}; known: {', '.join(SOURCES + HEDGES + RATE_HEDGES)}")
 
 
 def _length_models(drafter) -> list:
@@ -461,7 +464,7 @@ def _replay_targets(replay: dict, hedge: dict, arctic: dict, table: str) -> dict
         domains = list(replay[best]["per_domain"])
         by_domain = {d: max(alone, key=lambda m: replay[m]["per_domain"][d].get(metric, -1.0)) for d in domains}
         changes = len(set(by_domain.values())) > 1
-        for name in ("hedge-choose", "hedge-merge"):
+        for name in ("hedge-choose", "hedge-merge") + RATE_HEDGES:
             if name not in replay:
                 continue
             ratio = replay[name][metric] / alone[best]
@@ -508,7 +511,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.methods, args.wall_methods, args.dtypes = _split(args.methods), _split(args.wall_methods), _split(args.dtypes)
     args.lookup_tokens = [int(x) for x in _split(args.lookup_tokens)]
     args.replay_tables = _split(args.replay_tables)
-    known = set(SOURCES + HEDGES)
+    known = set(SOURCES + HEDGES + RATE_HEDGES)
     bad = [m for m in args.methods + args.wall_methods if m not in known]
     if bad or (args.threads is not None and args.threads < 1) or min(args.budget, args.eagle3_k, args.chunk, args.max_new_tokens) < 1 or args.wall_prompts < 0 \
             or not args.replay_tables or any(d not in ("float32", "bfloat16") for d in args.dtypes + args.replay_tables) \

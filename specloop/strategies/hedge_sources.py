@@ -18,8 +18,32 @@ linearly, c(n) = c(M) n / M). Its rate is r_i = m_i / (d_i + c(n_i + 1)) tokens/
 
 R being the best rate any proposal can reach (every node accepted, no drafting time):
 r_i <= (n_i + 1) / c(n_i + 1) <= R, so loss_i lies in [0, 1]. Minimising the summed
-loss maximises the summed per-round rate. (With ``max_nodes`` N, R is the maximum over
-n <= N + 1 only, and a larger proposal's loss is clipped at 0.)
+loss maximises the summed per-round rate (`ThroughputLoss`, ``loss="rate"``). (With
+``max_nodes`` N, R is the maximum over n <= N + 1 only, and a larger proposal's loss is
+clipped at 0.)
+
+The stream's throughput is a ratio of sums, sum m / sum (d + c), not the mean of the
+per-round rates: a source that verifies more nodes and commits more per round can have
+the same mean rate and a higher throughput (on the ShareGPT stream, suffix and n-gram
+had mean rates 0.03 % apart and throughputs 5 % apart, so the rate loss could not tell
+them apart). `RatioLoss` (``loss="ratio"``, the default of the drafter) is the
+Dinkelbach linearisation of the ratio (Dinkelbach 1967): with source i's counterfactual
+totals A_i (tokens) and B_i (seconds) and theta* = max_i A_i / B_i,
+theta* B_i - A_i >= 0 with equality for the best source, so the summed loss
+theta* (d + c) - m ranks the best source first; and if Hedge's summed loss is within
+Reg of the best, theta* B_H - A_H <= Reg, i.e. its throughput is within Reg / B_H of
+theta*. theta* is not known in advance: each round is scored with the plug-in
+estimate theta_t = max_i A_i / B_i over the rounds resolved before it (0 before any,
+which scores accepted length), normalised to [0, 1]:
+
+    loss_i = clip((theta_t (d_i + c(n_i + 1)) - m_i + M) / (theta_t C + M), 0, 1),
+
+M = N + 1 the most tokens a round commits (N = ``max_nodes``, or the running maximum
+of the proposals' sizes) and C = 1.5 c(N + 1) a cap on a round's
+seconds (a round slower than C, drafting more than half a verify, is clipped at 1).
+Hedge's regret bound below holds for this loss sequence as played (theta_t depends
+only on earlier rounds: an adaptive adversary); the translation to throughput is
+exact only for a fixed theta, and theta_t -> theta* as the totals grow.
 
 Feedback. With greedy decoding the target's committed continuation does not depend on
 the drafts, so a_i is the longest path of source i's tree that matches the committed
@@ -71,7 +95,7 @@ import numpy as np
 from specloop.strategies._state import check_state_keys, make_rng, rng_state, set_rng_state
 from specloop.strategies.suffix_tree import monotone_cost
 
-__all__ = ["hedge_learning_rate", "hedge_regret_bound", "HedgeOverSources", "ThroughputLoss",
+__all__ = ["hedge_learning_rate", "hedge_regret_bound", "HedgeOverSources", "ThroughputLoss", "RatioLoss",
            "accepted_prefix", "DelayedFeedback", "SourceDraft"]
 
 _CHOICES = ("sample", "argmax")
@@ -271,6 +295,101 @@ class ThroughputLoss:
         rate = committed / (max(0.0, draft_seconds) + self.verify_seconds(num_nodes + 1))
         return float(min(1.0, max(0.0, 1.0 - rate / self.rate_scale)))
 
+    def round_losses(self, outcomes: Sequence[tuple[int, float, int]]) -> np.ndarray:
+        """(K,) float64 losses of one resolved round: ``outcomes`` = per source
+        (committed tokens, drafting seconds, nodes). Stateless."""
+        return np.array([self(m, d, n) for m, d, n in outcomes], dtype=np.float64)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        return None
+
+
+class RatioLoss:
+    """The Dinkelbach loss of the stream's throughput (module docstring), stateful:
+    each resolved round is scored with theta_t from the rounds resolved before it,
+    then added to the sources' totals.
+
+    Args:
+        verify_cost: seconds to verify 1..M tokens (entry n-1 = n tokens), finite > 0.
+        max_nodes: N >= 0, the most nodes a proposal has: M = N + 1 tokens and
+            C = 1.5 c(N + 1) seconds normalise the loss. None: N = the largest of the
+            table's size - 1 and every proposal resolved so far (a running maximum,
+            saved with the state).
+
+    Attributes: ``tokens`` (K,) A_i, ``seconds`` (K,) B_i (None before the first
+    round), ``rounds`` resolved; `theta` the current estimate (tokens/s), `rates`
+    A_i / B_i (tokens/s).
+
+    Raises:
+        ValueError: a malformed table, max_nodes < 0; `round_losses` with another
+            number of sources than before or negative seconds / tokens.
+    """
+
+    def __init__(self, verify_cost: Sequence[float], max_nodes: int | None = None):
+        self._cost = ThroughputLoss(verify_cost, max_nodes)
+        self.fixed_nodes = max_nodes is not None
+        self._set_nodes(self._cost.cost.size - 1 if max_nodes is None else int(max_nodes))
+        self.tokens: np.ndarray | None = None
+        self.seconds: np.ndarray | None = None
+        self.rounds = 0
+
+    def _set_nodes(self, nodes: int) -> None:
+        self.max_tokens = nodes + 1
+        self.seconds_cap = 1.5 * self._cost.verify_seconds(nodes + 1)
+
+    def verify_seconds(self, num_tokens: int) -> float:
+        return self._cost.verify_seconds(num_tokens)
+
+    @property
+    def rates(self) -> np.ndarray:
+        if self.tokens is None:
+            return np.zeros(0)
+        return np.divide(self.tokens, self.seconds, out=np.zeros_like(self.tokens), where=self.seconds > 0)
+
+    @property
+    def theta(self) -> float:
+        return float(self.rates.max()) if self.rounds else 0.0
+
+    def round_losses(self, outcomes: Sequence[tuple[int, float, int]]) -> np.ndarray:
+        """(K,) float64 losses in [0, 1] of one resolved round, ``outcomes`` = per
+        source (committed tokens m_i >= 0, drafting seconds d_i >= 0, nodes n_i >= 0);
+        then the round joins the totals."""
+        m = np.array([o[0] for o in outcomes], dtype=np.float64)
+        sec = np.array([max(0.0, float(o[1])) + self.verify_seconds(int(o[2]) + 1) for o in outcomes])
+        if self.tokens is not None and m.shape != self.tokens.shape:
+            raise ValueError(f"round of {m.size} sources, earlier rounds had {self.tokens.size}")
+        if np.any(m < 0) or not np.all(np.isfinite(sec)):
+            raise ValueError(f"committed tokens must be >= 0 and seconds finite, got {outcomes!r}")
+        largest = max(int(o[2]) for o in outcomes)
+        if not self.fixed_nodes and largest + 1 > self.max_tokens:
+            self._set_nodes(largest)
+        theta, top = self.theta, float(self.max_tokens)
+        loss = np.clip((theta * sec - m + top) / (theta * self.seconds_cap + top), 0.0, 1.0)
+        if self.tokens is None:
+            self.tokens, self.seconds = np.zeros_like(m), np.zeros_like(sec)
+        self.tokens += m
+        self.seconds += sec
+        self.rounds += 1
+        return loss
+
+    def state_dict(self) -> dict:
+        """The totals (plain lists) and the rounds resolved."""
+        return {"tokens": None if self.tokens is None else self.tokens.tolist(),
+                "seconds": None if self.seconds is None else self.seconds.tolist(), "rounds": self.rounds,
+                "max_tokens": self.max_tokens}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict`. Raises ValueError: wrong keys."""
+        check_state_keys(state, {"tokens", "seconds", "rounds"}, "RatioLoss")
+        self.tokens = None if state["tokens"] is None else np.array(state["tokens"], dtype=np.float64)
+        self.seconds = None if state["seconds"] is None else np.array(state["seconds"], dtype=np.float64)
+        self.rounds = int(state["rounds"])
+        if not self.fixed_nodes and state.get("max_tokens") is not None:
+            self._set_nodes(int(state["max_tokens"]) - 1)
+
 
 def accepted_prefix(tokens: Sequence[int], parents: Sequence[int],
                     continuation: Sequence[int]) -> tuple[int, bool]:
@@ -330,7 +449,7 @@ class DelayedFeedback:
     """Pending rounds of one request until their sources' accepted lengths are decided.
 
     Args:
-        loss: the `ThroughputLoss`.
+        loss: the `ThroughputLoss` or `RatioLoss` (its state is saved with this one's).
         max_delay: rounds a round may stay pending (>= 1); see the module docstring.
 
     ``add(round_id, drafts)`` before a round's tokens are committed, ``commit(tokens)``
@@ -341,7 +460,7 @@ class DelayedFeedback:
         ValueError: max_delay < 1.
     """
 
-    def __init__(self, loss: ThroughputLoss, max_delay: int = 64):
+    def __init__(self, loss: "ThroughputLoss | RatioLoss", max_delay: int = 64):
         if isinstance(max_delay, bool) or not isinstance(max_delay, int) or max_delay < 1:
             raise ValueError(f"max_delay must be an integer >= 1, got {max_delay!r}")
         self.loss, self.max_delay = loss, max_delay
@@ -356,22 +475,23 @@ class DelayedFeedback:
     def add(self, round_id: int, drafts: Sequence[SourceDraft]) -> None:
         self._rounds.append(_Round(round_id, self._offset + len(self._tokens), list(drafts)))
 
-    def _losses(self, rnd: _Round, ended: bool) -> tuple[np.ndarray, bool]:
+    def _outcomes(self, rnd: _Round, ended: bool) -> tuple[list[tuple[int, float, int]], bool]:
+        """Per source (committed, drafting seconds, nodes) as far as known; decided?"""
         known = self._tokens[rnd.start - self._offset:]
         out, decided_all = [], True
         for draft in rnd.drafts:
             accepted, decided = accepted_prefix(draft.tokens, draft.parents, known)
             decided_all &= decided
             committed = min(accepted + 1, len(known)) if ended else accepted + 1
-            out.append(self.loss(committed, draft.draft_seconds, len(draft.tokens)))
-        return np.array(out), decided_all
+            out.append((committed, draft.draft_seconds, len(draft.tokens)))
+        return out, decided_all
 
     def _collect(self, ended: bool) -> list[tuple[int, np.ndarray]]:
         done, keep = [], []
-        for rnd in self._rounds:
-            losses, decided = self._losses(rnd, ended)
+        for rnd in self._rounds:                  # in play order: a stateful loss sees them so
+            outcomes, decided = self._outcomes(rnd, ended)
             if decided or ended or rnd.age >= self.max_delay:
-                done.append((rnd.round_id, losses))
+                done.append((rnd.round_id, self.loss.round_losses(outcomes)))
             else:
                 keep.append(rnd)
         self._rounds = keep
@@ -398,11 +518,15 @@ class DelayedFeedback:
         them, as plain lists (a stream's saved state resumes to the same losses)."""
         return {"max_delay": self.max_delay, "offset": self._offset, "tokens": list(self._tokens),
                 "rounds": [[r.round_id, r.start, r.age,
-                            [[d.tokens, d.parents, d.draft_seconds] for d in r.drafts]] for r in self._rounds]}
+                            [[d.tokens, d.parents, d.draft_seconds] for d in r.drafts]] for r in self._rounds],
+                "loss": self.loss.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore `state_dict` (the loss is the constructor's). Raises ValueError: wrong keys."""
+        """Restore `state_dict` (the loss's kind is the constructor's; its totals, where
+        saved, are restored). Raises ValueError: wrong keys."""
         check_state_keys(state, {"max_delay", "offset", "tokens", "rounds"}, "DelayedFeedback")
+        if state.get("loss"):
+            self.loss.load_state_dict(state["loss"])
         self.max_delay, self._offset = int(state["max_delay"]), int(state["offset"])
         self._tokens = [int(t) for t in state["tokens"]]
         self._rounds = [_Round(int(rid), int(start), [SourceDraft([int(t) for t in toks], [int(q) for q in pars],

@@ -179,8 +179,20 @@ def test_registry_and_refusals(target):
                            hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4, depth=24)
     assert isinstance(drafter, HedgeDrafter) and drafter.name == "hedge:suffix,ngram"
     assert drafter.mode == "merge" and drafter.sources[0].cache.depth == 24
-    cost = drafter.delayed.loss.cost
-    assert drafter.delayed.loss.rate_scale == pytest.approx(max(n / cost[n - 1] for n in range(1, 6)))
+    ratio = drafter.delayed.loss                      # default: the throughput (Dinkelbach) loss
+    assert drafter.loss == "ratio" and ratio.max_tokens == 5
+    assert ratio.seconds_cap == pytest.approx(1.5 * ratio.verify_seconds(5))
+    rate = make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_loss="rate",
+                        hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4).delayed.loss
+    cost = rate.cost
+    assert rate.rate_scale == pytest.approx(max(n / cost[n - 1] for n in range(1, 6)))
+    with pytest.raises(ValueError, match="rate"):           # a state scored with the other loss
+        make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_draft_seconds=[0.0, 0.0],
+                     hedge_max_nodes=4).load_state_dict(
+            make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_loss="rate",
+                         hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4).state_dict())
+    with pytest.raises(ValueError, match="loss"):
+        HedgeDrafter([NGramDrafter()], verify_cost=[1.0], loss="regret")
     check_drafter_name("hedge:suffix,ngram,ngram-datastore")
     assert parse_hedge_name("hedge: suffix , ngram") == ["suffix", "ngram"]
     for bad in ("hedge:", "hedge:suffix,", "hedge:hedge:ngram", "hedge:no-such-drafter-xyz"):

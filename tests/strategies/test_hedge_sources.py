@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, SourceDraft,
+from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, RatioLoss, SourceDraft,
                                                ThroughputLoss, accepted_prefix, hedge_learning_rate,
                                                hedge_regret_bound)
 
@@ -261,3 +261,76 @@ def test_delayed_feedback_state_round_trip_with_pending_rounds():
     assert a.pending == b.pending == 0
     with pytest.raises(ValueError, match="lacks keys"):
         b.load_state_dict({"max_delay": 2})
+
+
+def _ratio_reference(outcomes, cost, max_nodes):
+    """Plain loop: theta_t from the totals of the rounds before t, then the normalised
+    Dinkelbach loss (module docstring of strategies.hedge_sources)."""
+    top, cap = max_nodes + 1, 1.5 * cost[max_nodes]
+    tokens, seconds, out = None, None, []
+    for rnd in outcomes:
+        sec = [d + cost[n] for _, d, n in rnd]           # c(n + 1) = cost[n]
+        theta = 0.0 if tokens is None else max(a / b for a, b in zip(tokens, seconds))
+        out.append([min(1.0, max(0.0, (theta * x - m + top) / (theta * cap + top)))
+                    for (m, _, _), x in zip(rnd, sec)])
+        tokens = [m for m, _, _ in rnd] if tokens is None else [a + m for a, (m, _, _) in zip(tokens, rnd)]
+        seconds = sec if seconds is None else [b + x for b, x in zip(seconds, sec)]
+    return np.array(out)
+
+
+def test_ratio_loss_equals_a_plain_loop():
+    rng = np.random.default_rng(4)
+    cost = np.sort(rng.uniform(0.03, 0.09, 9))
+    outcomes = [[(int(rng.integers(0, n + 2)), float(rng.uniform(0, 0.01)), int(n))
+                 for n in rng.integers(0, 9, 3)] for _ in range(200)]
+    loss = RatioLoss(cost, max_nodes=8)
+    got = np.array([loss.round_losses(rnd) for rnd in outcomes])
+    assert np.allclose(got, _ratio_reference(outcomes, cost, 8), rtol=1e-12, atol=1e-14)
+    assert np.all((got >= 0) & (got <= 1)) and loss.rounds == 200
+    assert loss.theta == pytest.approx(max(loss.tokens / loss.seconds))
+
+
+def test_ratio_loss_ranks_by_throughput_where_the_mean_rate_misleads():
+    """Source 0 commits 2 tokens in 0.1 s every round (20 tokens/s); source 1 alternates
+    1 token in 0.04 s (25/s) and 5 in 0.3 s (16.7/s): mean rate 20.8/s, higher, but
+    throughput 6 / 0.34 = 17.6/s, lower. The rate loss prefers source 1, the ratio
+    loss source 0, as the stream's tokens per second do."""
+    cost = [0.04] * 8                                    # c(n) = 0.04 s: drafting seconds set the rest
+    rounds = [[(2, 0.06, 1), (1, 0.0, 1) if t % 2 else (5, 0.26, 4)] for t in range(400)]
+    ratio, rate = RatioLoss(cost, max_nodes=7), ThroughputLoss(cost, max_nodes=7)
+    cum_ratio = sum(ratio.round_losses(r) for r in rounds)
+    cum_rate = sum(rate.round_losses(r) for r in rounds)
+    assert cum_rate[1] < cum_rate[0] and cum_ratio[0] < cum_ratio[1]
+    assert ratio.rates == pytest.approx([20.0, 6 / 0.34])
+    hedge, scorer = HedgeOverSources(2, seed=0), RatioLoss(cost, max_nodes=7)
+    for r in rounds * 10:                                # Hedge on the ratio loss settles on source 0
+        rid, _ = hedge.play()
+        hedge.update(rid, scorer.round_losses(r))
+    assert hedge.weights()[0] > 0.99
+
+
+def test_ratio_loss_state_round_trip_through_delayed_feedback():
+    rng = np.random.default_rng(7)
+    cost = np.linspace(0.02, 0.05, 8)
+    make = lambda: DelayedFeedback(RatioLoss(cost, max_nodes=4), max_delay=8)
+    whole, first = make(), make()
+    stream = rng.integers(0, 3, 120).tolist()
+    drafts = [[SourceDraft(rng.integers(0, 3, 2).tolist(), [-1, 0], 0.001),
+               SourceDraft(rng.integers(0, 3, 3).tolist(), [-1, 0, 1], 0.0)] for _ in range(60)]
+    got_whole, got_split = [], []
+    for i in range(60):
+        whole.add(i, drafts[i])
+        got_whole += whole.commit(stream[2 * i: 2 * i + 2])
+        if i < 30:
+            first.add(i, drafts[i])
+            got_split += first.commit(stream[2 * i: 2 * i + 2])
+        else:
+            if i == 30:
+                state = first.state_dict()
+                first = make()
+                first.load_state_dict(state)
+                assert first.loss.rounds == state["loss"]["rounds"] > 0
+            first.add(i, drafts[i])
+            got_split += first.commit(stream[2 * i: 2 * i + 2])
+    assert [r for r, _ in got_whole] == [r for r, _ in got_split]
+    assert np.array_equal(np.array([l for _, l in got_whole]), np.array([l for _, l in got_split]))

@@ -56,7 +56,7 @@ import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.drafters.ngram import build_trie
-from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, SourceDraft,
+from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, RatioLoss, SourceDraft,
                                                ThroughputLoss, accepted_prefix)
 
 __all__ = ["HedgeDrafter", "parse_hedge_name", "parse_hedge_sources", "make_hedge_drafter",
@@ -64,6 +64,7 @@ __all__ = ["HedgeDrafter", "parse_hedge_name", "parse_hedge_sources", "make_hedg
 
 PREFIX = "hedge:"
 _MODES = ("choose", "merge")
+_LOSSES = {"ratio": RatioLoss, "rate": ThroughputLoss}
 _COST = re.compile(r"^(?P<source>.+)@(?P<value>[0-9.]+(?:[eE][-+]?[0-9]+)?)(?P<unit>us|ms|s)?$")
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
 
@@ -138,14 +139,18 @@ class HedgeDrafter(BaseDrafter):
     Args:
         sources: the K >= 1 source drafters (not needing target hidden states).
         names: their names for reports (default the drafters' ``name``).
-        verify_cost: seconds to verify 1..M tokens for the loss (`ThroughputLoss`).
+        verify_cost: seconds to verify 1..M tokens for the loss.
+        loss: "ratio" (default, `RatioLoss`: the Dinkelbach loss of the stream's
+            throughput, sum of tokens / sum of seconds) or "rate" (`ThroughputLoss`: the
+            mean per-round rate, which a source verifying more nodes per round can tie
+            while its throughput is higher; see `strategies.hedge_sources`).
         mode: "choose" (verify the chosen source's proposal) or "merge".
         choose: "sample" (draw from the weights with the own Generator; Hedge's
             regret bound applies) or "argmax".
         horizon: T for the fixed learning rate, None = anytime.
         draft_seconds: None = measured wall clock, or K fixed seconds per proposal.
         max_delay: the most rounds a round's losses may wait (>= 1).
-        max_nodes: the loss's normalisation cap (`ThroughputLoss`; None = the table).
+        max_nodes: the loss's normalisation cap in nodes (None = the table).
         seed: seed of the choice generator.
 
     Raises:
@@ -158,7 +163,7 @@ class HedgeDrafter(BaseDrafter):
     keeps_stream_state = True
 
     def __init__(self, sources: Sequence, names: Sequence[str] | None = None, *,
-                 verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample",
+                 verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample", loss: str = "ratio",
                  horizon: int | None = None, draft_seconds: Sequence[float] | None = None,
                  max_delay: int = 64, max_nodes: int | None = None, seed: int | None = 0):
         self.sources = list(sources)
@@ -176,10 +181,12 @@ class HedgeDrafter(BaseDrafter):
         if draft_seconds is not None and (len(draft_seconds) != len(self.sources)
                                           or any(not float(s) >= 0 for s in draft_seconds)):
             raise ValueError(f"draft_seconds must give {len(self.sources)} seconds >= 0")
-        self.mode = mode
+        if loss not in _LOSSES:
+            raise ValueError(f"loss must be one of {tuple(_LOSSES)}, got {loss!r}")
+        self.mode, self.loss = mode, loss
         self.draft_seconds = None if draft_seconds is None else [float(s) for s in draft_seconds]
         self.hedge = HedgeOverSources(len(self.sources), horizon, choose, seed)
-        self.delayed = DelayedFeedback(ThroughputLoss(verify_cost, max_nodes), max_delay)
+        self.delayed = DelayedFeedback(_LOSSES[loss](verify_cost, max_nodes), max_delay)
         self.name = PREFIX + ",".join(self.names)
         self.chosen_counts = [0] * len(self.sources)
         self._round: tuple[list[DraftProposal], int | None] | None = None   # proposals, verified source
@@ -253,7 +260,10 @@ class HedgeDrafter(BaseDrafter):
 
     def report(self) -> dict:
         """Per-stream report: weights, cumulative losses, choices, regret (`HedgeOverSources.regret`)."""
-        return {"sources": list(self.names), "weights": self.hedge.weights().tolist(),
+        scorer = self.delayed.loss
+        rates = scorer.rates.tolist() if isinstance(scorer, RatioLoss) else None
+        return {"sources": list(self.names), "loss": self.loss, "source_tokens_per_s": rates,
+                "weights": self.hedge.weights().tolist(),
                 "cumulative_loss": self.hedge.cumulative_loss.tolist(),
                 "chosen_counts": list(self.chosen_counts), "pending_rounds": self.delayed.pending,
                 "regret": self.hedge.regret()}
@@ -261,7 +271,7 @@ class HedgeDrafter(BaseDrafter):
     def state_dict(self) -> dict:
         """The Hedge state, the pending delayed-feedback rounds, the fixed drafting seconds
         (None = wall clock) and each source's ``state_dict`` (None where it has none)."""
-        return {"kind": "hedge", "sources": list(self.names), "hedge": self.hedge.state_dict(),
+        return {"kind": "hedge", "sources": list(self.names), "loss": self.loss, "hedge": self.hedge.state_dict(),
                 "delayed": self.delayed.state_dict(), "draft_seconds": self.draft_seconds,
                 "chosen_counts": list(self.chosen_counts),
                 "source_states": [s.state_dict() if hasattr(s, "state_dict") else None for s in self.sources]}
@@ -276,6 +286,9 @@ class HedgeDrafter(BaseDrafter):
             raise ValueError("not a HedgeDrafter state (expected {'kind': 'hedge', ...})")
         if list(state["sources"]) != self.names:
             raise ValueError(f"saved hedge state has sources {state['sources']}, this drafter {self.names}")
+        if state.get("loss", "rate") != self.loss:
+            raise ValueError(f"saved hedge state scores sources with the {state.get('loss', 'rate')!r} loss, "
+                             f"this drafter with {self.loss!r}")
         if "draft_seconds" in state and state["draft_seconds"] != self.draft_seconds:
             raise ValueError(f"saved hedge state prices drafting at {state['draft_seconds']} s per proposal, "
                              f"this drafter at {self.draft_seconds}")
@@ -291,7 +304,7 @@ class HedgeDrafter(BaseDrafter):
                 src.load_state_dict(sub)
 
 
-_OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_horizon": "horizon",
+_OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_loss": "loss", "hedge_horizon": "horizon",
             "hedge_draft_seconds": "draft_seconds", "hedge_max_delay": "max_delay",
             "hedge_max_nodes": "max_nodes", "hedge_seed": "seed"}
 
@@ -300,7 +313,7 @@ def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
     """Registry factory for ``hedge:SOURCE,...``: each source is built by
     ``build(source_name, target, **options)`` (the registry passes its `make_drafter`)
     with the same ``options``; the Hedge's own options are
-    ``hedge_mode``, ``hedge_choose``, ``hedge_horizon``, ``hedge_draft_seconds``,
+    ``hedge_mode``, ``hedge_choose``, ``hedge_loss``, ``hedge_horizon``, ``hedge_draft_seconds``,
     ``hedge_max_delay``, ``hedge_max_nodes``, ``hedge_seed``; ``verify_cost`` (a table) or ``dtype`` (the
     shipped SmolLM2 / CPU table) prices verification."""
     from specloop.realmodels.drafters.suffix import shipped_verify_cost
