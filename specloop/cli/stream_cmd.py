@@ -75,6 +75,9 @@ def register(subparsers) -> None:
     parser.add_argument("--cost-table", default=None, metavar="FILE",
                         help="verify-cost JSON for --replay (benchmarks/verify_cost.py; default the shipped "
                              "SmolLM2-135M CPU table)")
+    parser.add_argument("--snapshot-chunks", action="store_true",
+                        help="online methods also save their draft's trainable parameters at the end of every "
+                             "chunk (<method>/chunk-NNN.pt, for benchmarks/online_heldout.py); records unchanged")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
     sub = parser.add_subparsers(dest="stream_action", metavar="ACTION")
@@ -108,7 +111,8 @@ def _stream_run(args):
                      datasets=args.datasets, order=args.order,
                      prompts=args.prompts if args.prompts is not None or args.replay else 12, raw=args.raw,
                      max_prompt_tokens=args.max_prompt_tokens, dtype=args.dtype, device=args.device,
-                     drafts=args.drafts, replay=args.replay, cost_table=args.cost_table)
+                     drafts=args.drafts, replay=args.replay, cost_table=args.cost_table,
+                     snapshot_chunks=bool(getattr(args, "snapshot_chunks", False)))
 
 
 def _recorded_max_new_tokens(folder) -> int:

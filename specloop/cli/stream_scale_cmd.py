@@ -44,6 +44,8 @@ def register_scale(sub) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per job")
     parser.add_argument("--address", default=None, help="Ray cluster address (--backend ray)")
     parser.add_argument("--out", default="results/stream_scale")
+    parser.add_argument("--snapshot-chunks", action="store_true",
+                        help="online jobs save their draft's parameters at the end of every chunk (chunk-NNN.pt)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run_scale)
 
@@ -81,7 +83,8 @@ def _grid(args):
     jobs = plan_jobs(_protocols(args.protocol), [m for m in args.method.split(",") if m.strip()], seeds=args.seeds,
                      lr_grid=_lr_grid(args.lr_grid), chunk=args.chunk, online=online)
     settings = GridSettings(recording=str(args.recording), out=args.out, prompts=args.prompts, every=args.every,
-                            num_draft_tokens=args.num_draft_tokens, cost_table=args.cost_table, threads=args.threads)
+                            num_draft_tokens=args.num_draft_tokens, cost_table=args.cost_table, threads=args.threads,
+                            snapshot_chunks=args.snapshot_chunks)
     return [baseline_job(args.chunk or 40)] + jobs, settings, items
 
 

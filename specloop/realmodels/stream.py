@@ -31,6 +31,10 @@ drafter's own state) written atomically after every
 prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
 with the same arguments drops rounds of the unfinished prompt, reloads the state and
 continues: the records equal those of an uninterrupted run (greedy decoding).
+With ``snapshot_chunks`` an online method also keeps ``<method>/chunk-NNN.pt``
+(`chunk_snapshot_path`), the draft's trainable parameters at the end of chunk NNN
+(for the held-out analysis of `specloop.realmodels.online_heldout`); nothing else
+changes.
 
 Engines: the real decoder (`SpeculativeDecoder`), or, given a recording of the stream
 (``replay=``, `specloop.realmodels.stream_record`), the replay
@@ -55,7 +59,7 @@ from specloop.record import Trace, TraceWriter
 from specloop.strategies.registry import learner_spec
 
 __all__ = ["MethodSpec", "METHODS", "resolve_method", "StreamConfig", "StreamRunner", "summarise",
-           "BASELINE"]
+           "BASELINE", "chunk_snapshot_path"]
 
 BASELINE = "greedy"
 _KINDS = {"hydra": "Hydra", "medusa": "Medusa", "eagle": "EAGLE", "eagle3": "EAGLE-3"}
@@ -187,6 +191,13 @@ class StreamRunner:
         replay_indices: the recording's index of each stream prompt (a sub-stream,
             `stream_record.recorded_items` with ``every``); None = prompt i is the
             recording's prompt i.
+        snapshot_chunks: an online method also writes `chunk_snapshot_path` files:
+            after the last prompt of every chunk (and of the stream), its learner's
+            played parameters (``adapter.params``, CPU copies) with ``chunk``,
+            ``prompts_done``, ``num_steps`` and ``recorded_indices`` (the
+            recording's index of each of the chunk's prompts). Written before
+            ``state.pt``, so a resumed run rewrites the same files; records and
+            summaries do not depend on it.
 
     Raises:
         ValueError: empty stream.
@@ -195,7 +206,7 @@ class StreamRunner:
     def __init__(self, target, prompts: list[list[int]], out: str | os.PathLike, config: StreamConfig,
                  make_drafter: DrafterFactory | None = None,
                  drafts_dir: str | os.PathLike | None = None, replay=None, verify_cost=None,
-                 replay_indices: list[int] | None = None) -> None:
+                 replay_indices: list[int] | None = None, snapshot_chunks: bool = False) -> None:
         if not prompts:
             raise ValueError("empty prompt stream")
         if replay is not None and config.online.get("background"):
@@ -213,6 +224,7 @@ class StreamRunner:
         self.config = config
         self.make_drafter = make_drafter or self._registry_drafter
         self.drafts_dir = Path(drafts_dir) if drafts_dir is not None else None
+        self.snapshot_chunks = bool(snapshot_chunks)
 
     def _registry_drafter(self, spec: MethodSpec):
         from specloop.realmodels.drafters.registry import make_drafter
@@ -293,11 +305,25 @@ class StreamRunner:
         state["prompts_done"] = index + 1
         if adapter is not None and (index + 1) % self.config.chunk == 0:
             state["chunk_train_time"].append(adapter.end_chunk())
+        if adapter is not None and self.snapshot_chunks and \
+                ((index + 1) % self.config.chunk == 0 or index + 1 == len(self.prompts)):
+            self._save_snapshot(writer.path.parent, index, adapter)
         if adapter is not None:
             state["adapter"] = adapter.state_dict()
         if _keeps_stream_state(drafter):
             state["drafter"] = drafter.state_dict()
         save_checkpoint(writer.path.parent / "state.pt", state)
+
+    def _save_snapshot(self, folder: Path, index: int, adapter) -> None:
+        """The ``snapshot_chunks`` file of the chunk that prompt ``index`` ends."""
+        chunk = index // self.config.chunk
+        first = chunk * self.config.chunk
+        indices = self.replay_indices or list(range(len(self.prompts)))
+        adapter.wait()
+        save_checkpoint(chunk_snapshot_path(folder, chunk),
+                        {"chunk": chunk, "prompts_done": index + 1, "num_steps": adapter.num_steps,
+                         "params": [p.detach().cpu().clone() for p in adapter.params],
+                         "recorded_indices": indices[first:index + 1]})
 
     def _meta(self, spec: MethodSpec) -> dict:
         return {"method": spec.name, "label": spec.label, "drafter": spec.drafter, "learner": spec.learner,
@@ -339,6 +365,12 @@ class StreamRunner:
         kept = Trace([r for r in trace if r.stream_index < done], trace.meta)
         if len(kept) != len(trace) or not path.read_text(encoding="utf-8").endswith("\n"):
             kept.save(path)
+
+
+def chunk_snapshot_path(folder: str | os.PathLike, chunk: int) -> Path:
+    """``folder/chunk-NNN.pt``: a method's snapshot at the end of chunk ``chunk``
+    (`StreamRunner` ``snapshot_chunks``; NNN zero-padded to 3 digits)."""
+    return Path(folder) / f"chunk-{int(chunk):03d}.pt"
 
 
 def _keeps_stream_state(drafter) -> bool:

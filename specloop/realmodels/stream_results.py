@@ -159,6 +159,8 @@ class StreamRun:
             max_new_tokens cap are the recording's (``prompts`` = its first prompts,
             None or 0 = all). cost_table: the replay's verify-cost JSON
             (``benchmarks/verify_cost.py``; None = the shipped SmolLM2 table).
+        snapshot_chunks: online methods keep per-chunk parameter snapshots
+            (`StreamRunner` ``snapshot_chunks``; no effect on the result).
     """
 
     methods: tuple[str, ...]
@@ -175,6 +177,7 @@ class StreamRun:
     drafts: str | None = None
     replay: str | None = None
     cost_table: str | None = None
+    snapshot_chunks: bool = False
 
 
 def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | None = None) -> dict:
@@ -200,7 +203,8 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
     items = build_stream(run.datasets, run.prompts, target.tokenizer, order=run.order,
                          chat_template=not run.raw, max_prompt_tokens=run.max_prompt_tokens)
     out = Path(run.out)
-    runner = StreamRunner(target, [list(i.ids) for i in items], out, run.config, drafts_dir=run.drafts)
+    runner = StreamRunner(target, [list(i.ids) for i in items], out, run.config, drafts_dir=run.drafts,
+                          snapshot_chunks=run.snapshot_chunks)
     return _serve(runner, specs, items, run, progress)
 
 
@@ -218,7 +222,8 @@ def _serve_replay(run: StreamRun, specs, progress) -> dict:
     items = recorded_items(recording, run.prompts or None)
     target = load_model(settings["target"], dtype=settings["dtype"], device=run.device)
     runner = StreamRunner(target, [list(i.ids) for i in items], Path(run.out), run.config, drafts_dir=run.drafts,
-                          replay=recording, verify_cost=load_verify_cost(run.cost_table, settings["dtype"]))
+                          replay=recording, verify_cost=load_verify_cost(run.cost_table, settings["dtype"]),
+                          snapshot_chunks=run.snapshot_chunks)
     replayed = StreamRun(**{**run.__dict__, "target": settings["target"], "datasets": ",".join(settings["datasets"]),
                             "order": settings["order"]})
     return _serve(runner, specs, items, replayed, progress)

@@ -131,7 +131,8 @@ class GridSettings:
     output root, the sub-stream step ``every`` (`recorded_items`), the chain length k, ``max_new_tokens`` (None = the recording's), the
     verify-cost JSON, torch threads per job, and optionally ``target_loader``
     ("package.module:function", called with the recording's dtype name) to build the
-    target instead of `load_model` of the recording's target name."""
+    target instead of `load_model` of the recording's target name; ``snapshot_chunks``:
+    online jobs keep per-chunk parameter snapshots (`StreamRunner`)."""
 
     recording: str
     out: str
@@ -142,6 +143,7 @@ class GridSettings:
     cost_table: str | None = None
     threads: int = 1
     target_loader: str | None = None
+    snapshot_chunks: bool = False
 
 
 _WORKER: dict = {}
@@ -189,7 +191,7 @@ def run_job(job: ScaleJob, settings: GridSettings) -> dict:
     folder = job.folder(settings.out)
     runner = StreamRunner(state["target"], [list(i.ids) for i in state["items"]], folder, config,
                           drafts_dir=job.drafts, replay=state["recording"], verify_cost=state["cost"],
-                          replay_indices=[i.index for i in state["items"]])
+                          replay_indices=[i.index for i in state["items"]], snapshot_chunks=settings.snapshot_chunks)
     summary = runner.run_method(job.method)
     return {**summary, "job": dataclasses.asdict(job), "folder": str(folder / job.method)}
 
