@@ -431,6 +431,8 @@ def offline_rows(table: dict, recording, target_model, drafter, *, epochs: int =
             steps = max(1, math.ceil(int(epochs) * data.positions / int(batch_size)))
             loop = LoopConfig(steps=steps, batch_size=int(batch_size), lr=float(lr), warmup=max(1, steps // 10),
                               max_seconds=float(max_seconds), seed=int(seed))
+            for p in heads.parameters():           # a loaded draft may come with gradients off
+                p.requires_grad_(True)
             with torch.inference_mode(False), torch.enable_grad():
                 report = train(heads, data, prompt_split(split, recording, held_prompts), loop,
                                loss_config(eval_positions=256), progress=False)
