@@ -31,6 +31,8 @@ def register_scale(sub) -> None:
                         help="protocol and its drafts folder (default: off-domain with the shipped drafts)")
     parser.add_argument("--method", default="hydra,osd-hydra,opt-hydra,eagle3,ens-eagle3")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per online method")
+    parser.add_argument("--method-seeds", action="append", default=[], metavar="METHOD=N",
+                        help="seeds for one method instead of --seeds (repeatable), e.g. ens-eagle3=1")
     parser.add_argument("--lr-grid", action="append", default=[], metavar="METHOD=LR:LR",
                         help="learning-rate jobs for a method, e.g. ogd-hydra=1e-4:3e-4:1e-3")
     parser.add_argument("--chunk", type=int, default=None, help="prompts per chunk (default: the paper's, 80/40)")
@@ -73,6 +75,16 @@ def _lr_grid(values) -> dict:
     return grid
 
 
+def _method_seeds(values) -> dict:
+    out = {}
+    for value in values:
+        method, sep, count = value.partition("=")
+        if not sep or not count.strip().isdigit():
+            raise ValueError(f"--method-seeds {value!r}: expected METHOD=N")
+        out[method.strip()] = int(count)
+    return out
+
+
 def _grid(args):
     from specloop.cli._online_flags import online_flags
     from specloop.realmodels.stream_record import open_recording, recorded_items
@@ -81,7 +93,8 @@ def _grid(args):
     items = recorded_items(recording, args.prompts, args.every)            # checks --prompts / --every
     online = {k: v for k, v in online_flags(args).items() if k != "background"}   # replays refuse it
     jobs = plan_jobs(_protocols(args.protocol), [m for m in args.method.split(",") if m.strip()], seeds=args.seeds,
-                     lr_grid=_lr_grid(args.lr_grid), chunk=args.chunk, online=online)
+                     lr_grid=_lr_grid(args.lr_grid), chunk=args.chunk, online=online,
+                     method_seeds=_method_seeds(args.method_seeds))
     settings = GridSettings(recording=str(args.recording), out=args.out, prompts=args.prompts, every=args.every,
                             num_draft_tokens=args.num_draft_tokens, cost_table=args.cost_table, threads=args.threads,
                             snapshot_chunks=args.snapshot_chunks)

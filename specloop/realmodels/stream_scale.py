@@ -75,7 +75,7 @@ class ScaleJob:
 
 def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds: int = 1,
               lr_grid: dict[str, Sequence[float]] | None = None, chunk: int | None = None,
-              online: dict | None = None) -> list[ScaleJob]:
+              online: dict | None = None, method_seeds: dict[str, int] | None = None) -> list[ScaleJob]:
     """The grid's jobs: every protocol x method; online methods get ``seeds`` seeds
     (0..seeds-1; a frozen draft's rounds do not depend on the seed, so it gets seed 0
     only) and, when ``lr_grid`` names them, one job per learning rate as well as
@@ -84,6 +84,8 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
     Args:
         protocols: protocol name -> drafts folder (None = shipped drafts).
         methods: method names. seeds: seeds per online method (>= 1).
+        method_seeds: method name -> seeds for that method instead of ``seeds``
+            (e.g. 3 seeds for the headline rows, 1 for the costly contenders).
         lr_grid: method name -> learning rates to add.
         chunk: prompts per chunk for every job (None = `paper_chunk`).
         online: `OnlineConfig` fields shared by every job.
@@ -95,8 +97,9 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
     from specloop.realmodels.stream import BASELINE, resolve_method
     if not protocols or not methods:
         raise ValueError("the grid needs at least one protocol and one method")
-    if int(seeds) < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    per_method = {resolve_method(k).name: int(v) for k, v in (method_seeds or {}).items()}
+    if int(seeds) < 1 or any(v < 1 for v in per_method.values()):
+        raise ValueError(f"seeds must be >= 1, got {seeds} and {method_seeds}")
     if chunk is not None and int(chunk) < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     grid = {resolve_method(k).name: [float(x) for x in v] for k, v in (lr_grid or {}).items()}
@@ -113,7 +116,7 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
             if spec.learner is None:
                 jobs.append(base)
                 continue
-            for seed in range(int(seeds)):
+            for seed in range(per_method.get(spec.name, int(seeds))):
                 jobs.append(dataclasses.replace(base, seed=seed))
             jobs.extend(dataclasses.replace(base, lr=lr) for lr in grid.get(spec.name, ()))
     return jobs

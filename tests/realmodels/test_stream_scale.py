@@ -25,6 +25,11 @@ def test_plan_jobs_seeds_learning_rates_and_paper_chunks():
     assert {j.drafts for j in jobs if j.protocol == "paper"} == {"drafts"}
     with pytest.raises(ValueError, match="seeds"):
         plan_jobs({"p": None}, ["hydra"], seeds=0)
+    mixed = plan_jobs({"p": None}, ["hydra", "opt-hydra", "ens-eagle3"], seeds=3, method_seeds={"ens-eagle3": 1})
+    assert sorted(j.name for j in mixed) == ["ens-eagle3-s0", "hydra-s0", "opt-hydra-s0", "opt-hydra-s1",
+                                             "opt-hydra-s2"]
+    with pytest.raises(ValueError, match="seeds"):
+        plan_jobs({"p": None}, ["opt-hydra"], method_seeds={"opt-hydra": 0})
     with pytest.raises(ValueError, match="learning rates"):
         plan_jobs({"p": None}, ["ogd-hydra"], lr_grid={"ogd-hydra": [0.0]})
     with pytest.raises(ValueError, match="unknown method"):
