@@ -55,6 +55,7 @@ from typing import Callable
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
 from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint,
                                         save_checkpoint)
+from specloop._folder_lock import folder_lock
 from specloop.record import Trace, TraceWriter
 from specloop.strategies.registry import learner_spec
 
@@ -271,11 +272,15 @@ class StreamRunner:
 
         Raises:
             ValueError / FileNotFoundError: unknown method, missing draft, a
-                checkpoint from different settings.
+                checkpoint from different settings; `FolderInUseError` (a
+                ValueError) when another live process is writing the method's folder.
         """
         spec = resolve_method(name)
         folder = self.out / spec.name
-        folder.mkdir(parents=True, exist_ok=True)
+        with folder_lock(folder):                   # one writer per method folder
+            return self._run_locked(spec, folder, stop_after, progress)
+
+    def _run_locked(self, spec, folder: Path, stop_after, progress) -> dict:
         drafter, adapter = self._build(spec)
         state = self._load_state(folder, spec, adapter, _draft_id(drafter), drafter)
         done = state["prompts_done"]

@@ -94,6 +94,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specloop._folder_lock import folder_lock
+
 __all__ = ["recorded_items", "first_difference", "FORMAT_VERSION", "PREFILL_CHUNK", "RecordSettings", "head_feature_layers", "layer_name",
            "generate_batch", "prompts_fingerprint", "check_settings", "record_stream", "Recording",
            "open_recording", "check_batched", "recording_bytes"]
@@ -462,7 +464,8 @@ def record_stream(target, items, out_dir, settings: RecordSettings, *, check_pro
     Raises:
         ValueError: item count or prompt fingerprint differ from ``settings``; the
             folder was recorded with other settings (`check_settings`); a layer index
-            outside the model; top_m above the vocabulary.
+            outside the model; top_m above the vocabulary; `FolderInUseError` (a
+            ValueError) when another live process is recording into the folder.
     """
     import dataclasses
 
@@ -487,6 +490,13 @@ def record_stream(target, items, out_dir, settings: RecordSettings, *, check_pro
     out.mkdir(parents=True, exist_ok=True)
     check_settings(out, settings)
     eos = eos_ids_of(model, target.tokenizer if isinstance(target, LoadedModel) else None)
+    with folder_lock(out):                          # one recorder per folder
+        return _record_shards(target, model, items, out, settings, eos, check_prompts, progress)
+
+
+def _record_shards(target, model, items, out: Path, settings: RecordSettings, eos, check_prompts: int,
+                   progress) -> dict:
+    """`record_stream`'s loop over the missing shards, then the batch-1 check."""
     path = out / "manifest.json"
     manifest = json.loads(path.read_text()) if path.is_file() else _new_manifest(settings, model, eos)
     done = {s["file"]: s for s in manifest["shards"] if (out / s["file"]).is_file()}
