@@ -101,18 +101,21 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
             row["vs_frozen"] = {"frozen": frozen, **paired_gain(a, b), "per_domain": {
                 d: paired_gain([p for p in a if domains[p["index"]] == d], [p for p in b if domains[p["index"]] == d])
                 for d in dict.fromkeys(domains)}}
+    targets = scale_targets(methods, lr_grid)           # reads the per-prompt rows for the ordering
     for row in methods.values():
         row.pop("prompts")
     return {"protocol": protocol, "methods": methods, "lr_grid": lr_grid, "failed": failed,
-            "baseline_tokens_per_s": base_tps, "stream": domains,
-            "targets": scale_targets(methods, lr_grid)}
+            "baseline_tokens_per_s": base_tps, "stream": domains, "targets": targets}
 
 
 def scale_targets(methods: dict, lr_grid: dict) -> dict:
     """The issue's targets (s.4) as verdicts with their numbers: online >= +20 % tau
     over frozen with the interval above 0 (Opt-Hydra, Ens-EAGLE-3); the ordering
-    frozen < OSD < optimistic / ensemble; the ensemble within 2 % of the best single
-    learning rate in hindsight; speedup with training >= 1.1x the frozen draft's."""
+    frozen < OSD < optimistic / ensemble (each step by its paired interval, `_ordering`);
+    the ensemble within 2 % of the best single learning rate in hindsight; speedup with
+    training >= 1.1x the frozen draft's. ``methods`` rows may carry ``prompts`` (the
+    per-prompt rows `protocol_summary` pools); without them the ordering has no
+    interval and does not hold."""
     out = {}
     for name in ("opt-hydra", "ens-eagle3"):
         vs = methods.get(name, {}).get("vs_frozen")
@@ -127,8 +130,8 @@ def scale_targets(methods: dict, lr_grid: dict) -> dict:
         names = [kind, f"osd-{kind}", f"opt-{kind}", f"ens-{kind}"]
         tau = {n: methods[n]["mean_accepted_length"] for n in names if n in methods}
         if kind in tau and f"osd-{kind}" in tau and (f"opt-{kind}" in tau or f"ens-{kind}" in tau):
-            best = max(tau.get(f"opt-{kind}", -math.inf), tau.get(f"ens-{kind}", -math.inf))
-            out[f"ordering_{kind}"] = {"tau": tau, "holds": bool(tau[kind] < tau[f"osd-{kind}"] < best)}
+            top = max((n for n in (f"opt-{kind}", f"ens-{kind}") if n in tau), key=tau.get)
+            out[f"ordering_{kind}"] = _ordering(methods, [kind, f"osd-{kind}", top], tau)
         grid = {**lr_grid.get(f"ogd-{kind}", {}), **lr_grid.get(f"osd-{kind}", {})}
         ens = methods.get(f"ens-{kind}", {}).get("mean_accepted_length")
         if grid and ens is not None:
@@ -136,6 +139,22 @@ def scale_targets(methods: dict, lr_grid: dict) -> dict:
             out[f"ensemble_vs_best_lr_{kind}"] = {"ensemble": ens, "best_single_lr": best_lr,
                                                   "gap": ens / best_lr - 1, "holds": bool(ens >= 0.98 * best_lr)}
     return out
+
+
+def _ordering(methods: dict, names: list[str], tau: dict) -> dict:
+    """frozen < OSD < the better of optimistic / ensemble: every step holds only when
+    the paired per-prompt gain of the higher row over the lower (`paired_gain`, 95 %
+    Student-t interval on the mean log ratio) has its interval above 0;
+    ``holds_on_means`` is the ordering of the seed-mean taus alone."""
+    from specloop.realmodels.stream_compare import paired_gain
+    steps = []
+    for lower, higher in zip(names, names[1:]):
+        rows = (methods[lower].get("prompts"), methods[higher].get("prompts"))
+        gain = paired_gain(*rows) if all(rows) else {"gain": math.nan, "gain_ci": [math.nan, math.nan]}
+        steps.append({"lower": lower, "higher": higher, "gain": gain["gain"], "gain_ci": gain["gain_ci"],
+                      "holds": bool(gain["gain_ci"][0] > 0)})
+    return {"tau": tau, "order": names, "steps": steps, "holds": all(st["holds"] for st in steps),
+            "holds_on_means": bool(all(tau[a] < tau[b] for a, b in zip(names, names[1:])))}
 
 
 def write_results(summaries: dict[str, dict], out: str | Path) -> Path:

@@ -90,11 +90,22 @@ def test_protocol_summary_and_targets_are_computed_from_the_records(tmp_path):
     assert targets["opt-hydra_gain_20pct"]["holds"] is True
     assert targets["ens-eagle3_gain_20pct"] is None                      # did not run
     assert targets["ordering_hydra"]["holds"] is True
+    assert [st["higher"] for st in targets["ordering_hydra"]["steps"]] == ["osd-hydra", "opt-hydra"]
+    assert all(st["gain_ci"][0] > 0 for st in targets["ordering_hydra"]["steps"])
     assert targets["ensemble_vs_best_lr_hydra"]["holds"] is False        # 1.02 < 0.98 * 1.1
     assert targets["opt-hydra_speedup_with_training_1.1x"]["ratio"] == pytest.approx(14 * 0.9 / 12)
     folder = write_results({"p": summary}, tmp_path / "out")
     assert {p.name for p in folder.iterdir()} >= {"summary.json", "summary-p.json", "per_chunk-p.png",
                                                    "tau_vs_T-p.png", "lr-p.png"}
+    # OSD above frozen on the mean only (+4 % on half the prompts, -2 % on the rest):
+    # the ordering holds on means but its first step's interval covers 0
+    noisy = {ScaleJob("p", "hydra"): _summary(frozen, 12.0),
+             ScaleJob("p", "osd-hydra", seed=0): _summary([t * (1.04 if i % 2 else 0.98)
+                                                           for i, t in enumerate(frozen)], 12.0),
+             ScaleJob("p", "opt-hydra", seed=0): _summary([t * 1.3 for t in frozen], 14.0)}
+    order = protocol_summary(noisy, _summary([1.0] * 8, 8.0), domains, "p")["targets"]["ordering_hydra"]
+    assert order["holds_on_means"] is True and order["holds"] is False
+    assert order["steps"][0]["gain_ci"][0] < 0 < order["steps"][0]["gain_ci"][1] and order["steps"][1]["holds"]
     weaker = scale_targets({"hydra": {"mean_accepted_length": 1.0, "speedup": 1.0},
                             "opt-hydra": {"mean_accepted_length": 1.1, "speedup_with_training": 1.0,
                                           "vs_frozen": {"frozen": "hydra", "gain": 0.1, "gain_ci": [0.05, 0.15]}}},
