@@ -52,10 +52,10 @@ from pathlib import Path
 from typing import Callable
 
 
+from specloop._folder_lock import folder_lock
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
 from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint,
                                         save_checkpoint)
-from specloop._folder_lock import folder_lock
 from specloop.record import Trace, TraceWriter
 from specloop.strategies.registry import learner_spec
 
