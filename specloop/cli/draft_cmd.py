@@ -2,6 +2,7 @@
 
     specloop draft train --target smollm2-135m --kind eagle|eagle3|medusa|hydra|small-lm
                          [--tokens N] [--steps S] [--corpus-mix SRC=W,...] [--quick] [--json]
+                         [--init-from FOLDER|pretrained [--revocab]]
                          [--from-recording REC ... [--recording-positions continuation|all]
                           [--soft-targets]]
     specloop draft features --target smollm2-135m [--tokens N] [--corpus-mix SRC=W,...]
@@ -61,7 +62,11 @@ def register(subparsers) -> None:
     train.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
     train.add_argument("--init-from", default=None,
                        help="continue training a saved draft of the same kind: a draft folder, or 'pretrained' "
-                            "for the copy shipped in the package (its reduced vocabulary is kept)")
+                            "for the copy shipped in the package (its reduced vocabulary is kept unless --revocab)")
+    train.add_argument("--revocab", action="store_true",
+                       help="with --init-from (eagle / eagle3): rebuild the reduced vocabulary from this run's "
+                            "data (--vocab-size, default the 95 %% coverage rule), keeping the trained rows of "
+                            "the tokens both vocabularies share")
     train.add_argument("--corpus-mix", default=None, help=_MIX_HELP)
     train.add_argument("--from-recording", action="append", default=None, metavar="REC", dest="recordings",
                        help="train on a stream recording (`specloop stream record`, repeatable): the target's own "
@@ -155,6 +160,10 @@ def _train_config(args):
         if not recording:
             values["feature_root"] = str(mix_features_root(f"{args.target}-quick", values.get("corpus_mix")))
         values["quick"] = True
+    if args.revocab:
+        if values.get("init_from") is None:
+            raise ValueError("--revocab needs --init-from")
+        values["revocab"] = True
     if values.get("init_from") == "pretrained":
         values["init_from"] = _pretrained_folder(args.target, args.kind)
     return TrainConfig(target=args.target, kind=args.kind, out_dir=args.out, **values)

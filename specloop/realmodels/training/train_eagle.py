@@ -28,7 +28,7 @@ from specloop.realmodels.training.trainer import (FeatureBatcher, Stopwatch, Tra
                                                    register_trainer, top1_agreement, topk_soft_ce,
                                                    vocab_counts)
 
-__all__ = ["train_eagle", "head_features", "ttt_loss", "evaluate_head", "choose_vocab_size",
+__all__ = ["train_eagle", "head_features", "ttt_loss", "evaluate_head", "choose_vocab_size", "remap_vocab_rows",
            "FEATURE_LOSS_WEIGHT", "STEP_DECAY"]
 
 FEATURE_LOSS_WEIGHT = 1.0     # lambda_feat (EAGLE: 1.0 on the feature loss, 0.1 on CE)
@@ -131,6 +131,41 @@ def _target_tensors(config: TrainConfig, loaded):
     return model.config, embed, lm
 
 
+def _new_vocab(config, counts, val_top1, target_cfg) -> ReducedVocab:
+    """The reduced vocabulary of this run's data: ``draft_vocab_size`` tokens, or the
+    95 %-coverage size (`choose_vocab_size`); EOS always in."""
+    size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
+    eos = getattr(target_cfg, "eos_token_id", None)
+    return build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ())
+
+
+def remap_vocab_rows(rows: torch.Tensor, saved: ReducedVocab, vocab: ReducedVocab,
+                     target_lm: torch.Tensor) -> torch.Tensor:
+    """A saved head's LM-head rows moved onto another reduced vocabulary.
+
+    Args:
+        rows: float (V_saved, H) trained rows, row i for target id ``saved.d2t[i]``.
+        saved / vocab: the saved and the new `ReducedVocab` (same V_target).
+        target_lm: float (V_target, H) the target's LM-head weight.
+
+    Returns:
+        float32 (V_new, H): row j = the saved row of ``vocab.d2t[j]`` where the saved
+        vocabulary has that token, else the target's row (how a fresh head starts).
+
+    Raises:
+        ValueError: shapes or vocabularies that do not fit together.
+    """
+    if rows.shape[0] != saved.size or saved.target_vocab_size != vocab.target_vocab_size \
+            or target_lm.shape[0] != vocab.target_vocab_size or rows.shape[1] != target_lm.shape[1]:
+        raise ValueError(f"cannot remap rows {tuple(rows.shape)} of a {saved.size}-token vocabulary onto "
+                         f"{vocab.size} tokens with a target LM head {tuple(target_lm.shape)}")
+    out = target_lm[vocab.d2t].detach().clone().float()
+    where = saved.t2d[vocab.d2t]
+    shared = where >= 0
+    out[shared] = rows[where[shared]].float()
+    return out
+
+
 def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> dict:
     """Train an EAGLE (``config.kind == "eagle"``) or EAGLE-3 head and save it.
 
@@ -162,10 +197,12 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         from specloop.realmodels.heads.common import load_draft
         init, init_meta = load_draft(config.target, config.kind, config.init_from)
         vocab = ReducedVocab(init.pop("d2t").long(), int(target_cfg.vocab_size))
+        if config.revocab:
+            saved, vocab = vocab, _new_vocab(config, counts, val_top1, target_cfg)
+            if "lm_head" in init:            # EAGLE-3's trainable rows (EAGLE's are the target's)
+                init["lm_head"] = remap_vocab_rows(init["lm_head"], saved, vocab, lm)
     else:
-        size = config.draft_vocab_size or choose_vocab_size(counts, val_top1)
-        eos = getattr(target_cfg, "eos_token_id", None)
-        vocab = build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ())
+        vocab = _new_vocab(config, counts, val_top1, target_cfg)
     head_cfg = EagleConfig.from_target(target_cfg, config.kind, vocab.size)
     head = EagleHead(head_cfg, embed, lm[vocab.d2t])
     if init is not None:

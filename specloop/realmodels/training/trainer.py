@@ -65,7 +65,12 @@ class TrainConfig:
             AVX512-BF16). Evaluation and drafting stay float32.
         warmup: learning-rate warm-up steps.
         init_from: folder of a saved draft of the same kind to continue training from
-            (its reduced vocabulary is kept); None = fresh initialisation.
+            (its reduced vocabulary is kept unless ``revocab``); None = fresh initialisation.
+        revocab: with ``init_from`` (EAGLE / EAGLE-3 only): rebuild the reduced
+            vocabulary from this run's training data (``draft_vocab_size``, 0 = the 95 %
+            coverage rule) instead of keeping the saved one; the saved LM-head rows of
+            tokens in both vocabularies are kept, new tokens start from the target's rows
+            (`train_eagle.remap_vocab_rows`).
         corpus_mix: warm-up corpus source weights (`corpus.parse_mix`; None = the
             default `corpus.DEFAULT_MIX`). A non-default mix gets its own feature
             cache (`features.training_features_root`), e.g. to train a draft that
@@ -102,8 +107,12 @@ class TrainConfig:
     recordings: tuple[str, ...] = ()
     recording_positions: str = "continuation"
     recording_soft_targets: bool = False
+    revocab: bool = False
 
     def __post_init__(self) -> None:
+        if self.revocab and (not self.init_from or self.kind not in ("eagle", "eagle3")):
+            raise ValueError("TrainConfig.revocab needs init_from and an eagle / eagle3 kind "
+                             f"(got init_from={self.init_from!r}, kind={self.kind!r})")
         self.recordings = tuple(str(r) for r in (self.recordings or ()))
         if self.recording_positions not in ("continuation", "all"):
             raise ValueError(f"TrainConfig.recording_positions must be 'continuation' or 'all', "
