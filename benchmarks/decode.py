@@ -25,7 +25,8 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
                            scoring below ``--datastore-min-score`` are not verified)
 * ``specloop-<draft>-chain`` small-LM drafts when ``--draft-model`` is given
 * ``specloop-<head>-chain-k<K>`` / ``specloop-<head>-tree`` trained drafts (``--heads``,
-                           default eagle3,hydra,eagle,medusa,small-lm): one chain row
+                           default eagle3,hydra,eagle,medusa,small-lm; ``LABEL=KIND@FOLDER``
+                           names a trained draft folder, rows ``specloop-LABEL-...``): one chain row
                            per k in ``--head-k`` (mean accepted length per k) and an
                            EAGLE-2 tree (``--head-tree``), each
                            with ``draft_step_s`` (seconds per draft step, from the
@@ -122,26 +123,44 @@ def _spec_runner(verify_widths, target, drafter, policy):
     return run
 
 
+def head_spec(spec: str) -> tuple[str, str, str | None]:
+    """A ``--heads`` entry: ``KIND`` (the draft cache, else the shipped copy) or
+    ``LABEL=KIND@FOLDER`` (a ``specloop draft train --out FOLDER`` draft) -> (row label,
+    kind, folder or None).
+
+    Raises:
+        ValueError: ``LABEL=`` without ``@FOLDER`` or an empty part."""
+    if "=" not in spec:
+        return spec, spec, None
+    label, _, rest = spec.partition("=")
+    kind, at, folder = rest.partition("@")
+    if not (label and kind and at and folder):
+        raise ValueError(f"--heads entry {spec!r}: use KIND or LABEL=KIND@FOLDER")
+    return label, kind, folder
+
+
 def _head_methods(target, args) -> dict:
     """Chain and EAGLE-2 tree rows for each trained draft in ``--heads`` (skipped,
-    with a note on stderr, when a draft is neither saved nor shipped)."""
+    with a note on stderr, when a draft is neither saved nor shipped); a hybrid tree
+    (prompt lookup, else the head) for each EAGLE-3 entry."""
     from specloop.realmodels.drafters.registry import make_drafter
     from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
     methods = {}
     tree = parse_tree_shape(args.head_tree)
-    for kind in args.heads:
+    for label, kind, folder in map(head_spec, args.heads):
+        options = dict(checkpoint=folder, train_if_missing=False, progress=False, dtype=args.current_dtype)
         try:
-            drafter = make_drafter(kind, target, train_if_missing=False, progress=False, dtype=args.current_dtype)
+            drafter = make_drafter(kind, target, **options)
         except FileNotFoundError as exc:
-            print(f"skipping {kind}: {exc}", file=sys.stderr)
+            print(f"skipping {label}: {exc}", file=sys.stderr)
             continue
         for k in args.head_k:
-            methods[f"specloop-{kind}-chain-k{k}"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(k))
-        methods[f"specloop-{kind}-tree"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(tree.max_depth, tree))
-    if "eagle3" in args.heads:
-        hybrid = make_drafter("hybrid", target, head="eagle3", train_if_missing=False, progress=False,
-                              dtype=args.current_dtype)
-        methods["specloop-hybrid-tree"] = _spec_runner(args.current_widths, target, hybrid, FixedDraftPolicy(tree.max_depth, tree))
+            methods[f"specloop-{label}-chain-k{k}"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(k))
+        methods[f"specloop-{label}-tree"] = _spec_runner(args.current_widths, target, drafter, FixedDraftPolicy(tree.max_depth, tree))
+        if kind == "eagle3":
+            hybrid = make_drafter("hybrid", target, head="eagle3", **options)
+            name = "specloop-hybrid-tree" if label == kind else f"specloop-hybrid-{label}-tree"
+            methods[name] = _spec_runner(args.current_widths, target, hybrid, FixedDraftPolicy(tree.max_depth, tree))
     return methods
 
 
@@ -342,7 +361,8 @@ def main(argv=None) -> int:
                         help="datastore nodes scoring below this are not verified")
     parser.add_argument("--lookup-tokens", default="3,10", help="HF prompt_lookup_num_tokens settings")
     parser.add_argument("--heads", default="eagle3,hydra,eagle,medusa,small-lm",
-                        help="trained drafts to add as rows (empty = none)")
+                        help="trained drafts to add as rows: KIND or LABEL=KIND@FOLDER (a trained draft folder), "
+                             "comma list (empty = none)")
     parser.add_argument("--head-k", default="4",
                         help="chain lengths of the trained-draft chain rows, one row per k (comma list)")
     parser.add_argument("--head-tree", default="topk=4,depth=5,v=16", help="EAGLE-2 tree of the trained-draft rows")
@@ -360,6 +380,10 @@ def main(argv=None) -> int:
     args.lookup_tokens = [int(x) for x in str(args.lookup_tokens).split(",") if x]
     args.datastore_nodes = [int(x) for x in str(args.datastore_nodes).split(",") if x]
     args.heads = [x for x in str(args.heads).split(",") if x]
+    try:
+        [head_spec(h) for h in args.heads]
+    except ValueError as exc:
+        parser.error(str(exc))
     args.head_k = [int(x) for x in str(args.head_k).split(",") if x]
     args.only = [x for x in str(args.only).split(",") if x]
     import torch

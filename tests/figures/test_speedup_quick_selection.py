@@ -48,3 +48,12 @@ def test_full_run_and_explicit_only_are_unchanged():
     mine = apply_quick(_args(only="specloop-medusa-tree"))
     assert mine.only == "specloop-medusa-tree" and mine.datastore is True and mine.quick_selection is False
     assert set(QUICK_METHODS) >= {"specloop-greedy", "specloop-hybrid-tree"}
+
+
+def test_head_spec_names_a_trained_folder():
+    from benchmarks.decode import head_spec
+    assert head_spec("eagle3") == ("eagle3", "eagle3", None)
+    assert head_spec("warm=eagle3@/d/eagle3") == ("warm", "eagle3", "/d/eagle3")
+    for bad in ("warm=eagle3", "=eagle3@/d", "warm=@/d"):
+        with pytest.raises(ValueError, match="LABEL=KIND@FOLDER"):
+            head_spec(bad)
