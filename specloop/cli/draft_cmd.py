@@ -64,7 +64,7 @@ def register(subparsers) -> None:
                        help="continue training a saved draft of the same kind: a draft folder, or 'pretrained' "
                             "for the copy shipped in the package (its reduced vocabulary is kept unless --revocab)")
     train.add_argument("--revocab", action="store_true",
-                       help="with --init-from (eagle / eagle3): rebuild the reduced vocabulary from this run's "
+                       help="with --init-from: rebuild the reduced vocabulary from this run's "
                             "data (--vocab-size, default the 95 %% coverage rule), keeping the trained rows of "
                             "the tokens both vocabularies share")
     train.add_argument("--corpus-mix", default=None, help=_MIX_HELP)

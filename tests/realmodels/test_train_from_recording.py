@@ -172,8 +172,6 @@ def test_cli_refusals_exit_2(recording, tmp_path, capsys):
     assert main(base + ["--from-recording", str(recording), "--tokens", "5000"]) == 2
     assert main(base + ["--revocab"]) == 2                                       # without --init-from
     assert "--revocab needs --init-from" in capsys.readouterr().err
-    assert main(base[:3] + ["hydra"] + base[4:] + ["--init-from", str(tmp_path), "--revocab"]) == 2
-    assert "revocab needs init_from and an eagle / eagle3 kind" in capsys.readouterr().err
     assert not (tmp_path / "d").exists()
 
 
@@ -215,41 +213,45 @@ def test_saved_draft_loads_through_the_registry_and_drafts_losslessly(target, re
         assert _draft_id(again) != _draft_id(drafter) != ""
 
 
-def test_remap_vocab_rows_keeps_shared_rows_and_starts_new_ones_from_the_target():
+def test_remap_vocab_rows_keeps_shared_rows_and_starts_new_ones_fresh():
     from specloop.realmodels.heads.common import ReducedVocab
-    from specloop.realmodels.training.train_eagle import remap_vocab_rows
+    from specloop.realmodels.training.head_data import remap_vocab_rows
     target_lm = torch.randn(10, 4)
-    saved = ReducedVocab(torch.tensor([3, 1, 7]), 10)
+    saved, new = ReducedVocab(torch.tensor([3, 1, 7]), 10), ReducedVocab(torch.tensor([7, 2, 3, 9]), 10)
     rows = torch.randn(3, 4)
-    out = remap_vocab_rows(rows, saved, ReducedVocab(torch.tensor([7, 2, 3, 9]), 10), target_lm)
+    out = remap_vocab_rows(rows, saved, new, target_lm[new.d2t])
     assert torch.equal(out[0], rows[2]) and torch.equal(out[2], rows[0])           # shared: 7, 3
     assert torch.equal(out[1], target_lm[2]) and torch.equal(out[3], target_lm[9])  # new: 2, 9
     with pytest.raises(ValueError):
-        remap_vocab_rows(rows[:2], saved, saved, target_lm)
+        remap_vocab_rows(rows[:2], saved, saved, target_lm[saved.d2t])
 
 
-def test_revocab_continues_a_head_on_the_recording_vocabulary(target, recording, tmp_path):
+_ROWS = {"eagle3": ("d2t", "lm_head"), "hydra": ("lm_head.draft_to_target", "lm_head.proj.weight")}
+
+
+@pytest.mark.parametrize("kind", sorted(_ROWS))
+def test_revocab_continues_a_head_on_the_recording_vocabulary(target, recording, tmp_path, kind):
     from safetensors.torch import load_file
 
     from specloop.realmodels.decoder import SpeculativeDecoder
     from specloop.realmodels.drafters.registry import make_drafter
     from specloop.realmodels.policy import FixedDraftPolicy
-    from specloop.realmodels.training.train_eagle import remap_vocab_rows
-    from specloop.realmodels.heads.common import ReducedVocab
-    get_trainer("eagle3")(_config("eagle3", recording, tmp_path / "a", steps=20, draft_vocab_size=12),
-                          loaded=target, progress=False)
+    d2t_key, rows_key = _ROWS[kind]
+    get_trainer(kind)(_config(kind, recording, tmp_path / "a", steps=20, draft_vocab_size=12),
+                      loaded=target, progress=False)
     before = load_file(str(tmp_path / "a" / "draft.safetensors"))
     with pytest.raises(ValueError, match="revocab"):
-        _config("eagle3", recording, tmp_path / "x", revocab=True)                  # no init_from
-    get_trainer("eagle3")(_config("eagle3", recording, tmp_path / "b", steps=1, lr=1e-12, draft_vocab_size=20,
-                                  init_from=str(tmp_path / "a"), revocab=True), loaded=target, progress=False)
+        _config(kind, recording, tmp_path / "x", revocab=True)                     # no init_from
+    get_trainer(kind)(_config(kind, recording, tmp_path / "b", steps=1, lr=1e-12, draft_vocab_size=20,
+                              init_from=str(tmp_path / "a"), revocab=True), loaded=target, progress=False)
     after = load_file(str(tmp_path / "b" / "draft.safetensors"))
-    assert after["d2t"].numel() == 20 and set(before["d2t"].tolist()) < set(after["d2t"].tolist())
-    lm = target.model.get_output_embeddings().weight.detach()
-    expected = remap_vocab_rows(before["lm_head"].float(), ReducedVocab(before["d2t"].long(), VOCAB),
-                                ReducedVocab(after["d2t"].long(), VOCAB), lm)
-    assert torch.allclose(after["lm_head"].float(), expected, atol=1e-3)          # lr 1e-12: rows as remapped
-    drafter = make_drafter("eagle3", target, checkpoint=str(tmp_path / "b"), train_if_missing=False, progress=False)
+    old, new = before[d2t_key].tolist(), after[d2t_key].tolist()
+    assert len(new) == 20 and set(old) < set(new)
+    lm = target.model.get_output_embeddings().weight.detach().float()
+    for j, token in enumerate(new):              # lr 1e-12: the rows are as remapped
+        want = before[rows_key][old.index(token)].float() if token in old else lm[token]
+        assert torch.allclose(after[rows_key][j].float(), want, atol=1e-3), (j, token)
+    drafter = make_drafter(kind, target, checkpoint=str(tmp_path / "b"), train_if_missing=False, progress=False)
     item = _items(PROMPTS)[1]
     result = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(3), eos_token_id=EOS).generate(
         list(item.ids), 20)

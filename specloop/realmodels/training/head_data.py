@@ -256,6 +256,56 @@ def _init_state(config, kind: str) -> dict | None:
     return tensors
 
 
+def remap_vocab_rows(rows: torch.Tensor, saved, vocab, fresh: torch.Tensor) -> torch.Tensor:
+    """A saved head's reduced-vocabulary rows moved onto another reduced vocabulary
+    (``specloop draft train --init-from ... --revocab``).
+
+    Args:
+        rows: float (V_saved, H) trained rows, row i for target id ``saved.d2t[i]``.
+        saved / vocab: the saved and the new `ReducedVocab` (same V_target).
+        fresh: float (V_new, H) the rows a fresh head of ``vocab`` starts from (the
+            target's LM-head rows of ``vocab.d2t``).
+
+    Returns:
+        float32 (V_new, H): row j = the saved row of ``vocab.d2t[j]`` where the saved
+        vocabulary has that token, else ``fresh[j]``.
+
+    Raises:
+        ValueError: shapes or vocabularies that do not fit together.
+    """
+    if rows.ndim != 2 or rows.shape[0] != saved.size or saved.target_vocab_size != vocab.target_vocab_size \
+            or tuple(fresh.shape) != (vocab.size, rows.shape[1]):
+        raise ValueError(f"cannot remap rows {tuple(rows.shape)} of a {saved.size}-token vocabulary onto "
+                         f"{vocab.size} tokens starting from rows {tuple(fresh.shape)}")
+    out = fresh.detach().clone().float()
+    where = saved.t2d[vocab.d2t]
+    shared = where >= 0
+    out[shared] = rows[where[shared]].float()
+    return out
+
+
+def remap_state_vocab(init: dict, fresh_state: dict, saved, vocab) -> dict:
+    """A saved draft's state dict on a new reduced vocabulary: tensors whose first axis
+    is the saved vocabulary are remapped row by row (`remap_vocab_rows`, new tokens from
+    ``fresh_state``), the vocabulary buffers come from ``fresh_state``, the rest is kept.
+
+    Raises:
+        ValueError: a tensor that fits neither shape."""
+    out = {}
+    for key, fresh in fresh_state.items():
+        old = init[key]
+        if key.endswith(("draft_to_target", "target_to_draft")) or key == "d2t":
+            out[key] = fresh
+        elif old.shape == fresh.shape:
+            out[key] = old
+        elif old.ndim == 2 and old.shape[0] == saved.size and fresh.shape[0] == vocab.size:
+            out[key] = remap_vocab_rows(old, saved, vocab, fresh).to(fresh.dtype)
+        else:
+            raise ValueError(f"--revocab: {key} has shape {tuple(old.shape)} in the saved draft and "
+                             f"{tuple(fresh.shape)} on the new vocabulary")
+    return out
+
+
 def train_registered(config, kind: str, loaded, progress: bool, build, train_fn, loss_cfg) -> dict:
     """The common body of ``specloop draft train --kind medusa|hydra|small-lm``.
 
@@ -281,15 +331,21 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
     loaded = loaded_target(config, loaded)
     train_parts, val_part, note = training_data(config, loaded, progress)
     init = _init_state(config, kind)
-    if init is None:
+    saved = None
+    if init is None or getattr(config, "revocab", False):
         vocab, val_top1 = reduced_vocab_for(config, train_parts, val_part, loaded.model.config)
-    else:   # continue from a saved draft: keep its reduced vocabulary
+    if init is not None:   # continue from a saved draft: its reduced vocabulary unless revocab
         from specloop.realmodels.heads.common import ReducedVocab
-        d2t = next(v for k, v in init.items() if k.endswith("draft_to_target") or k == "d2t")
-        vocab = ReducedVocab(d2t.long(), int(loaded.model.config.vocab_size))
-        val_top1 = heldout_top1(val_part)
+        d2t = next((v for k, v in init.items() if k.endswith("draft_to_target") or k == "d2t"), None)
+        if d2t is None:
+            raise ValueError(f"the saved {kind} draft {config.init_from} has no reduced vocabulary")
+        saved = ReducedVocab(d2t.long(), int(loaded.model.config.vocab_size))
+        if not getattr(config, "revocab", False):
+            vocab, val_top1 = saved, heldout_top1(val_part)
     module, batch_size = build(loaded.model, vocab.d2t)
     if init is not None:
+        if vocab is not saved:
+            init = remap_state_vocab(init, module.state_dict(), saved, vocab)
         module.load_state_dict(init, strict=True)
     loop = loop_config_for(config, batch_size)
     folder = Path(config.out_dir) if config.out_dir else draft_dir(config.target, kind)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from specloop.realmodels.heads.common import ReducedVocab, build_reduced_vocab, draft_dir, save_draft
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
-from specloop.realmodels.training.head_data import choose_vocab_size, open_training_parts
+from specloop.realmodels.training.head_data import choose_vocab_size, open_training_parts, remap_vocab_rows
 from specloop.realmodels.training.trainer import (FeatureBatcher, Stopwatch, TrainConfig, cosine_lr,
                                                    register_trainer, top1_agreement, topk_soft_ce,
                                                    vocab_counts)
@@ -139,33 +139,6 @@ def _new_vocab(config, counts, val_top1, target_cfg) -> ReducedVocab:
     return build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ())
 
 
-def remap_vocab_rows(rows: torch.Tensor, saved: ReducedVocab, vocab: ReducedVocab,
-                     target_lm: torch.Tensor) -> torch.Tensor:
-    """A saved head's LM-head rows moved onto another reduced vocabulary.
-
-    Args:
-        rows: float (V_saved, H) trained rows, row i for target id ``saved.d2t[i]``.
-        saved / vocab: the saved and the new `ReducedVocab` (same V_target).
-        target_lm: float (V_target, H) the target's LM-head weight.
-
-    Returns:
-        float32 (V_new, H): row j = the saved row of ``vocab.d2t[j]`` where the saved
-        vocabulary has that token, else the target's row (how a fresh head starts).
-
-    Raises:
-        ValueError: shapes or vocabularies that do not fit together.
-    """
-    if rows.shape[0] != saved.size or saved.target_vocab_size != vocab.target_vocab_size \
-            or target_lm.shape[0] != vocab.target_vocab_size or rows.shape[1] != target_lm.shape[1]:
-        raise ValueError(f"cannot remap rows {tuple(rows.shape)} of a {saved.size}-token vocabulary onto "
-                         f"{vocab.size} tokens with a target LM head {tuple(target_lm.shape)}")
-    out = target_lm[vocab.d2t].detach().clone().float()
-    where = saved.t2d[vocab.d2t]
-    shared = where >= 0
-    out[shared] = rows[where[shared]].float()
-    return out
-
-
 def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> dict:
     """Train an EAGLE (``config.kind == "eagle"``) or EAGLE-3 head and save it.
 
@@ -200,7 +173,7 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         if config.revocab:
             saved, vocab = vocab, _new_vocab(config, counts, val_top1, target_cfg)
             if "lm_head" in init:            # EAGLE-3's trainable rows (EAGLE's are the target's)
-                init["lm_head"] = remap_vocab_rows(init["lm_head"], saved, vocab, lm)
+                init["lm_head"] = remap_vocab_rows(init["lm_head"], saved, vocab, lm[vocab.d2t])
     else:
         vocab = _new_vocab(config, counts, val_top1, target_cfg)
     head_cfg = EagleConfig.from_target(target_cfg, config.kind, vocab.size)

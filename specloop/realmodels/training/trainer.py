@@ -66,11 +66,11 @@ class TrainConfig:
         warmup: learning-rate warm-up steps.
         init_from: folder of a saved draft of the same kind to continue training from
             (its reduced vocabulary is kept unless ``revocab``); None = fresh initialisation.
-        revocab: with ``init_from`` (EAGLE / EAGLE-3 only): rebuild the reduced
-            vocabulary from this run's training data (``draft_vocab_size``, 0 = the 95 %
-            coverage rule) instead of keeping the saved one; the saved LM-head rows of
-            tokens in both vocabularies are kept, new tokens start from the target's rows
-            (`train_eagle.remap_vocab_rows`).
+        revocab: with ``init_from``: rebuild the reduced vocabulary from this run's
+            training data (``draft_vocab_size``, 0 = the 95 % coverage rule) instead of
+            keeping the saved one; the saved LM-head rows of tokens in both vocabularies
+            are kept, new tokens start from the target's rows
+            (`head_data.remap_vocab_rows`).
         corpus_mix: warm-up corpus source weights (`corpus.parse_mix`; None = the
             default `corpus.DEFAULT_MIX`). A non-default mix gets its own feature
             cache (`features.training_features_root`), e.g. to train a draft that
@@ -110,9 +110,8 @@ class TrainConfig:
     revocab: bool = False
 
     def __post_init__(self) -> None:
-        if self.revocab and (not self.init_from or self.kind not in ("eagle", "eagle3")):
-            raise ValueError("TrainConfig.revocab needs init_from and an eagle / eagle3 kind "
-                             f"(got init_from={self.init_from!r}, kind={self.kind!r})")
+        if self.revocab and not self.init_from:
+            raise ValueError("TrainConfig.revocab needs init_from (a saved draft to continue)")
         self.recordings = tuple(str(r) for r in (self.recordings or ()))
         if self.recording_positions not in ("continuation", "all"):
             raise ValueError(f"TrainConfig.recording_positions must be 'continuation' or 'all', "
