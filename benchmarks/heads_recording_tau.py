@@ -16,7 +16,9 @@ cost tables, `benchmarks/stream_sources.round_summary`). For the deepest chain t
 per-depth acceptance ``acceptance_by_depth[s-1]`` = P(step s accepted | steps < s
 accepted) over the rounds that drafted step s: on the accepted path a greedy head's
 inputs are the target's own tokens, so this is the held-out top-1 of draft step s along
-the stream. A head folder's training report (positions, seconds, held-out top-1 per
+the stream; ``vocab_coverage_of_stream_tokens`` per domain is the fraction of the served
+continuations' tokens inside the head's reduced vocabulary, the ceiling on that
+acceptance. A head folder's training report (positions, seconds, held-out top-1 per
 step on its own validation split) is copied beside its rows.
 
 Heads: ``--head LABEL=KIND`` (the draft cache, else the copy shipped in the package) or
@@ -105,6 +107,28 @@ def cell(cols: dict, domain_of: dict, costs: dict, chain_depth: int | None) -> d
     return row
 
 
+def vocab_coverage(drafter, rec, items) -> dict:
+    """Per domain, the fraction of the served prompts' recorded greedy continuation
+    tokens inside the head's reduced draft vocabulary: the ceiling on every draft step's
+    greedy acceptance (a token outside it can never be drafted). {} for a head without one."""
+    vocab = getattr(drafter, "vocab", None)
+    d2t = getattr(vocab, "d2t", None)
+    if d2t is None:
+        d2t = getattr(vocab, "draft_to_target", None)
+    if d2t is None:
+        return {}
+    inside = np.zeros(int(rec.manifest["model"]["vocab_size"]), dtype=bool)     # the target's vocabulary
+    inside[np.asarray(d2t.cpu(), dtype=np.int64)] = True
+    hits: dict[str, list[int]] = {}
+    for item in items:
+        record = rec.prompt(item.index)
+        tokens = np.asarray(record["tokens"][record["prompt_length"]:], dtype=np.int64)
+        got = hits.setdefault(item.dataset, [0, 0])
+        got[0] += int(inside[tokens].sum())
+        got[1] += int(tokens.size)
+    return {d: h / n for d, (h, n) in sorted(hits.items()) if n}
+
+
 def training_report(kind: str, folder: str | None, target_name: str) -> dict:
     """The head's saved training report (what ``specloop draft train`` wrote), or {}."""
     from specloop.realmodels.heads.common import find_draft
@@ -176,6 +200,7 @@ def main(argv=None) -> int:
         head = done["heads"].setdefault(label, {"kind": kind, "folder": folder, "rows": {}})
         head["training"] = training_report(kind, folder, args.target)
         drafter = make_drafter(kind, target, checkpoint=folder, train_if_missing=False, progress=False)
+        head["vocab_coverage_of_stream_tokens"] = vocab_coverage(drafter, rec, items)
         for name, policy in plans(args.ks, args.tree).items():
             if name in head["rows"]:
                 continue

@@ -60,3 +60,20 @@ def test_replayed_rows_equal_the_real_decoder(target, tmp_path):
             drafted = cols["nodes"] >= 1
             assert row["acceptance_by_depth"][0] == pytest.approx(float(np.mean(cols["accepted"][drafted] >= 1)))
     assert cols["accepted"].sum() > 0            # some drafts accepted: the comparison has teeth
+
+
+def test_vocab_coverage_counts_continuation_tokens_per_domain():
+    from types import SimpleNamespace
+
+    import torch
+
+    from benchmarks.heads_recording_tau import vocab_coverage
+    records = {0: {"tokens": np.array([9, 9, 1, 2, 3]), "prompt_length": 2},      # continuation 1 2 3
+               1: {"tokens": np.array([4, 5]), "prompt_length": 1}}               # continuation 5
+    rec = SimpleNamespace(manifest={"model": {"vocab_size": 10}}, prompt=records.__getitem__)
+    items = [SimpleNamespace(index=0, dataset="a"), SimpleNamespace(index=1, dataset="b")]
+    drafter = SimpleNamespace(vocab=SimpleNamespace(d2t=torch.tensor([1, 3, 9])))
+    assert vocab_coverage(drafter, rec, items) == {"a": pytest.approx(2 / 3), "b": 0.0}
+    hydra_like = SimpleNamespace(vocab=SimpleNamespace(draft_to_target=torch.tensor([5])))
+    assert vocab_coverage(hydra_like, rec, items) == {"a": 0.0, "b": 1.0}
+    assert vocab_coverage(SimpleNamespace(), rec, items) == {}

@@ -188,11 +188,16 @@ def load_draft(target: str, kind: str, folder: str | Path | None = None) -> tupl
     return tensors, config
 
 
-def export_pretrained(target: str, kind: str, max_bytes: int = 25 * 2**20) -> Path | None:
-    """Copy the cached draft to the package's ``pretrained/`` folder in float16 if it
-    fits in ``max_bytes``; returns the path, or None when it is too large."""
+def export_pretrained(target: str, kind: str, max_bytes: int = 25 * 2**20,
+                      folder: str | Path | None = None) -> Path | None:
+    """Copy the cached draft (or the draft saved in ``folder``) to the package's
+    ``pretrained/`` folder in float16 if it fits in ``max_bytes``; returns the path,
+    or None when it is too large.
+
+    Raises:
+        FileNotFoundError: no saved draft there."""
     from safetensors.torch import save_file
-    tensors, config = load_draft(target, kind, draft_dir(target, kind))
+    tensors, config = load_draft(target, kind, folder if folder is not None else draft_dir(target, kind))
     half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}
     size = sum(v.numel() * v.element_size() for v in half.values())
     if size > max_bytes:
