@@ -6,7 +6,9 @@ code before and after the change.
     python tests/engine_reference.py real OUT.json    # real decoder, SmolLM2 float32 (minutes)
 
 `tests/test_engine_reference.py` recomputes both and compares them with the JSON files
-in ``tests/fixtures/`` written from commit 83a6567 (timing fields aside). The real-decoder part
+in ``tests/fixtures/`` written from commit 83a6567 (timing fields aside); the cases of a
+drafter whose shipped head later changed are re-recorded with ``rerecord`` (their head
+fingerprints are in ``engine_reference_real_heads.json``). The real-decoder part
 compares the committed tokens and n_t (tokens_per_round) of every round; the recorded
 ``accepted_tokens`` of a round that stops inside an accepted block changed on purpose
 (issue 18, fault 7) and is compared only for rounds that did not stop.
@@ -164,11 +166,42 @@ def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = MA
     return out
 
 
+#: the shipped draft file each real case's drafter reads (the hybrid drafts with EAGLE)
+CASE_HEADS = {"small-lm": "small-lm", "eagle": "eagle", "eagle3": "eagle3", "medusa": "medusa", "hydra": "hydra",
+              "hybrid": "eagle"}
+
+
+def head_fingerprints(target: str = "smollm2-135m") -> dict:
+    """sha256 of the shipped draft file behind each real case's drafter (`CASE_HEADS`):
+    a case's reference rounds hold only for the head they were recorded with."""
+    import hashlib
+
+    from specloop.realmodels.heads.common import pretrained_path
+    return {name: hashlib.sha256(pretrained_path(target, kind).read_bytes()).hexdigest()
+            for name, kind in CASE_HEADS.items()}
+
+
+def rerecord(path, names) -> None:
+    """Re-record the real cases of drafters ``names`` into ``path`` (after a shipped head
+    changed), and their head fingerprints into ``path``'s ``_heads.json`` sibling."""
+    path = Path(path)
+    data = json.loads(path.read_text())
+    data.update(real_reference(cases=[c for c in REAL_CASES if c[0] in names]))
+    path.write_text(json.dumps(data))
+    heads_file = path.with_name(path.stem + "_heads.json")
+    heads = json.loads(heads_file.read_text()) if heads_file.is_file() else {}
+    heads.update({n: v for n, v in head_fingerprints().items() if n in names or n not in heads})
+    heads_file.write_text(json.dumps(heads, indent=1, sort_keys=True))
+
+
 if __name__ == "__main__":
     kind, path = sys.argv[1], sys.argv[2]
     if kind == "sim":
         data = sim_reference()
         data.update(replay_reference(REPLAY_DIR))
+    elif kind == "rerecord":       # python tests/engine_reference.py rerecord OUT.json eagle3,hydra
+        rerecord(path, sys.argv[3].split(","))
+        sys.exit(0)
     else:
         data = real_reference()
     Path(path).write_text(json.dumps(data))
