@@ -23,12 +23,12 @@ import torch.nn.functional as F
 
 from specloop.realmodels.heads.common import ReducedVocab, build_reduced_vocab, draft_dir, save_draft
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
-from specloop.realmodels.training.head_data import choose_vocab_size, open_training_parts, remap_vocab_rows
+from specloop.realmodels.training.head_data import choose_vocab_size, open_training_parts, remap_state_vocab
 from specloop.realmodels.training.trainer import (FeatureBatcher, Stopwatch, TrainConfig, cosine_lr,
                                                    register_trainer, top1_agreement, topk_soft_ce,
                                                    vocab_counts)
 
-__all__ = ["train_eagle", "head_features", "ttt_loss", "evaluate_head", "choose_vocab_size", "remap_vocab_rows",
+__all__ = ["train_eagle", "head_features", "ttt_loss", "evaluate_head", "choose_vocab_size",
            "FEATURE_LOSS_WEIGHT", "STEP_DECAY"]
 
 FEATURE_LOSS_WEIGHT = 1.0     # lambda_feat (EAGLE: 1.0 on the feature loss, 0.1 on CE)
@@ -169,16 +169,15 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     if config.init_from:
         from specloop.realmodels.heads.common import load_draft
         init, init_meta = load_draft(config.target, config.kind, config.init_from)
-        vocab = ReducedVocab(init.pop("d2t").long(), int(target_cfg.vocab_size))
-        if config.revocab:
-            saved, vocab = vocab, _new_vocab(config, counts, val_top1, target_cfg)
-            if "lm_head" in init:            # EAGLE-3's trainable rows (EAGLE's are the target's)
-                init["lm_head"] = remap_vocab_rows(init["lm_head"], saved, vocab, lm[vocab.d2t])
+        saved = ReducedVocab(init.pop("d2t").long(), int(target_cfg.vocab_size))
+        vocab = _new_vocab(config, counts, val_top1, target_cfg) if config.revocab else saved
     else:
-        vocab = _new_vocab(config, counts, val_top1, target_cfg)
+        saved, vocab = None, _new_vocab(config, counts, val_top1, target_cfg)
     head_cfg = EagleConfig.from_target(target_cfg, config.kind, vocab.size)
     head = EagleHead(head_cfg, embed, lm[vocab.d2t])
     if init is not None:
+        if vocab is not saved:       # --revocab: the same remap as the other kinds (head_data)
+            init = remap_state_vocab(init, head.state_dict(), saved, vocab)
         head.load_state_dict(init, strict=True)
     t2d = vocab.t2d
     params = head.trainable()
