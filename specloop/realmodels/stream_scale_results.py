@@ -11,7 +11,8 @@ Per protocol (``summary-<protocol>.json``; all protocols in ``summary.json``):
   ``tau_vs_T`` (tau over the first T prompts), ``update_seconds``, and for an online
   method ``vs_frozen`` (`stream_compare.paired_gain` of the per-prompt tau pooled over
   seeds against the frozen draft: ``gain``, ``gain_ci``, ``wilcoxon_p``, per domain).
-* ``lr_grid[m]``: {learning rate: tau} of the learning-rate jobs (Table 5 (i)-(ii)).
+* ``lr_grid[m]``: {learning rate: tau} of the learning-rate jobs (Table 5 (i)-(ii));
+  the targets compare them with the optimistic / ensemble rows by paired intervals.
 * ``targets``: each target of the issue with its numbers and a boolean (None when a
   method it needs did not run).
 
@@ -83,6 +84,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
     base_tps = baseline["tokens_per_s"]
     grouped: dict[str, list[dict]] = {}
     lr_grid: dict[str, dict[str, float]] = {}
+    lr_prompts: dict[str, dict[str, list[dict]]] = {}
     failed = {}
     for job, value in results.items():
         if isinstance(value, Exception):
@@ -91,6 +93,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
             grouped.setdefault(job.method, []).append(value)
         else:
             lr_grid.setdefault(job.method, {})[f"{job.lr:g}"] = value["mean_accepted_length"]
+            lr_prompts.setdefault(job.method, {})[f"{job.lr:g}"] = value["prompts"]
     methods = {name: {"label": resolve_method(name).label, **_method_row(rows, base_tps, domains)}
                for name, rows in grouped.items()}
     for name, row in methods.items():
@@ -101,21 +104,23 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
             row["vs_frozen"] = {"frozen": frozen, **paired_gain(a, b), "per_domain": {
                 d: paired_gain([p for p in a if domains[p["index"]] == d], [p for p in b if domains[p["index"]] == d])
                 for d in dict.fromkeys(domains)}}
-    targets = scale_targets(methods, lr_grid)           # reads the per-prompt rows for the ordering
+    targets = scale_targets(methods, lr_grid, lr_prompts)   # per-prompt rows: the intervals
     for row in methods.values():
         row.pop("prompts")
     return {"protocol": protocol, "methods": methods, "lr_grid": lr_grid, "failed": failed,
             "baseline_tokens_per_s": base_tps, "stream": domains, "targets": targets}
 
 
-def scale_targets(methods: dict, lr_grid: dict) -> dict:
+def scale_targets(methods: dict, lr_grid: dict, lr_prompts: dict | None = None) -> dict:
     """The issue's targets (s.4) as verdicts with their numbers: online >= +20 % tau
     over frozen with the interval above 0 (Opt-Hydra, Ens-EAGLE-3); the ordering
     frozen < OSD < optimistic / ensemble (each step by its paired interval, `_ordering`);
-    the ensemble within 2 % of the best single learning rate in hindsight; speedup with
+    the ensemble within 2 % of the best single learning rate in hindsight and no single
+    learning rate above the optimistic / ensemble learners (`_vs_lr_grid`); speedup with
     training >= 1.1x the frozen draft's. ``methods`` rows may carry ``prompts`` (the
-    per-prompt rows `protocol_summary` pools); without them the ordering has no
-    interval and does not hold."""
+    per-prompt rows `protocol_summary` pools) and ``lr_prompts`` ({method: {lr: rows}})
+    those of the learning-rate jobs; without them a verdict has no interval and does
+    not hold."""
     out = {}
     for name in ("opt-hydra", "ens-eagle3"):
         vs = methods.get(name, {}).get("vs_frozen")
@@ -132,13 +137,53 @@ def scale_targets(methods: dict, lr_grid: dict) -> dict:
         if kind in tau and f"osd-{kind}" in tau and (f"opt-{kind}" in tau or f"ens-{kind}" in tau):
             top = max((n for n in (f"opt-{kind}", f"ens-{kind}") if n in tau), key=tau.get)
             out[f"ordering_{kind}"] = _ordering(methods, [kind, f"osd-{kind}", top], tau)
-        grid = {**lr_grid.get(f"ogd-{kind}", {}), **lr_grid.get(f"osd-{kind}", {})}
-        ens = methods.get(f"ens-{kind}", {}).get("mean_accepted_length")
-        if grid and ens is not None:
-            best_lr = max(grid.values())
-            out[f"ensemble_vs_best_lr_{kind}"] = {"ensemble": ens, "best_single_lr": best_lr,
-                                                  "gap": ens / best_lr - 1, "holds": bool(ens >= 0.98 * best_lr)}
+        out.update(_vs_lr_grid(methods, kind, lr_grid, lr_prompts or {}))
     return out
+
+
+def _vs_lr_grid(methods: dict, kind: str, lr_grid: dict, lr_prompts: dict) -> dict:
+    """Table 5 (i)-(ii) as verdicts for one draft kind, over the OGD / OSD
+    learning-rate jobs (``lr_grid`` {method: {lr: tau}}, ``lr_prompts`` their
+    per-prompt rows):
+
+    * ``ensemble_vs_best_lr_<kind>``: the ensemble against the best single rate in
+      hindsight (the highest tau); ``gap`` / ``gap_ci`` is the paired per-prompt gain
+      (`stream_compare.paired_gain`, 95 %) of the ensemble over it; holds when the
+      whole interval lies above -2 %.
+    * ``no_lr_beats_online_<kind>``: per rate, the paired gain of the optimistic and
+      the ensemble learner over it; holds when no rate's interval lies wholly above
+      the better of the two (gain_ci upper end < 0 would say that rate beats it).
+    """
+    from specloop.realmodels.stream_compare import paired_gain
+    grid, rows = {}, {}
+    for method in (f"ogd-{kind}", f"osd-{kind}"):
+        for lr, tau in lr_grid.get(method, {}).items():
+            grid[f"{method}@{lr}"], rows[f"{method}@{lr}"] = tau, lr_prompts.get(method, {}).get(lr)
+    if not grid:
+        return {}
+    out, best = {}, max(grid, key=grid.get)
+    ens = methods.get(f"ens-{kind}")
+    if ens is not None:
+        gain = _gain_or_nan(paired_gain, rows[best], ens.get("prompts"))
+        out[f"ensemble_vs_best_lr_{kind}"] = {
+            "ensemble": ens["mean_accepted_length"], "best_single_lr": grid[best], "best_lr": best,
+            "gap": gain["gain"], "gap_ci": gain["gain_ci"], "gap_of_means": ens["mean_accepted_length"] / grid[best] - 1,
+            "holds": bool(gain["gain_ci"][0] >= -0.02)}
+    online = {n: methods[n] for n in (f"opt-{kind}", f"ens-{kind}") if n in methods}
+    if online:
+        per_lr = {lr: {n: {k: v for k, v in _gain_or_nan(paired_gain, rows[lr], m.get("prompts")).items()
+                           if k in ("gain", "gain_ci")} for n, m in online.items()} for lr in grid}
+        top = max(online, key=lambda n: online[n]["mean_accepted_length"])
+        out[f"no_lr_beats_online_{kind}"] = {
+            "online": top, "per_lr": per_lr,
+            "holds": bool(all(g[top]["gain_ci"][1] >= 0 for g in per_lr.values()))}
+    return out
+
+
+def _gain_or_nan(paired_gain, lower, higher) -> dict:
+    if lower and higher:
+        return paired_gain(lower, higher)
+    return {"gain": math.nan, "gain_ci": [math.nan, math.nan]}
 
 
 def _ordering(methods: dict, names: list[str], tau: dict) -> dict:
