@@ -8,6 +8,8 @@ equals the one produced by feeding the committed tokens one at a time (tested).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 __all__ = ["cache_length", "crop", "keep_positions", "cache_tensors", "new_cache"]
@@ -57,15 +59,20 @@ def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def _cache_kwarg(model) -> str:
     """transformers >= 5.2x names the cache argument ``cache``; older ``past_key_values``."""
+    return _cache_kwarg_of(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_kwarg_of(model_class) -> str:
     import inspect
-    params = inspect.signature(model.forward).parameters
+    params = inspect.signature(model_class.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
 def model_forward(model, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                   output_hidden_states: bool = False, logits_to_keep: int = 0):
     """One forward of a causal LM over ``input_ids`` (int64 (n,)) on top of
-    ``cache`` with a float 4D additive ``mask`` (1, 1, n, cache_len + n) and
+    ``cache`` with a float 4D additive ``mask`` (1, 1, n, cache_len + n; None: plain causal) and
     ``positions`` (1, n); returns the transformers output (inference mode).
     ``logits_to_keep`` > 0 computes the LM head on the last that many positions only."""
     device = next(model.parameters()).device

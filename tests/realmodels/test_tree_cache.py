@@ -55,6 +55,21 @@ def test_tree_logits_equal_sequential_paths():
             torch.testing.assert_close(tree_logits[node + 1], ref, atol=1e-5, rtol=1e-5)
 
 
+def test_lone_pending_token_goes_unmasked_and_equals_the_full_forward():
+    """n = 0 (a round without a draft): no mask, position = cache length, and the
+    logits equal the full-sequence forward's last row."""
+    empty = torch.zeros(0, dtype=torch.long)
+    mask, pos = verify_block_inputs(empty, 6, torch.float32, "cpu")
+    assert mask is None and pos.tolist() == [[6]]
+    model = tiny_llama(vocab=12, seed=3)
+    seq = [1, 5, 9, 2, 7, 3, 11]
+    cache = new_cache()
+    causal_forward(model, cache, torch.tensor(seq[:-1]))
+    logits = model_forward(model, cache, torch.tensor(seq[-1:]), mask, pos).logits[0, -1]
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(torch.tensor([seq])).logits[0, -1], atol=1e-5, rtol=1e-5)
+
+
 def test_cache_after_pruning_equals_sequential_feed():
     model = tiny_llama(vocab=12, seed=2)
     prefix = [1, 2, 3, 4]
