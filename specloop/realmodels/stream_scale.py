@@ -79,7 +79,8 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
     """The grid's jobs: every protocol x method; online methods get ``seeds`` seeds
     (0..seeds-1; a frozen draft's rounds do not depend on the seed, so it gets seed 0
     only) and, when ``lr_grid`` names them, one job per learning rate as well as
-    their default-rate job.
+    their default-rate job; a method only ``lr_grid`` names gets its learning-rate
+    jobs alone (seed 0).
 
     Args:
         protocols: protocol name -> drafts folder (None = shipped drafts).
@@ -92,7 +93,7 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
 
     Raises:
         ValueError: no protocol or method, seeds < 1, an unknown method, a
-            non-positive learning rate or chunk.
+            non-positive learning rate or chunk, a learning-rate grid for a frozen draft.
     """
     from specloop.realmodels.stream import BASELINE, resolve_method
     if not protocols or not methods:
@@ -119,6 +120,15 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
             for seed in range(per_method.get(spec.name, int(seeds))):
                 jobs.append(dataclasses.replace(base, seed=seed))
             jobs.extend(dataclasses.replace(base, lr=lr) for lr in grid.get(spec.name, ()))
+        listed = {resolve_method(m).name for m in methods}
+        for name, rates in grid.items():                  # a grid alone: its learning-rate jobs only
+            spec = resolve_method(name)
+            if spec.learner is None:
+                raise ValueError(f"--lr-grid names {spec.name!r}, a frozen draft: it has no learning rate")
+            if spec.name not in listed:
+                size = int(chunk) if chunk is not None else paper_chunk(spec.name)
+                base = ScaleJob(protocol, spec.name, 0, None, size, drafts, tuple(sorted((online or {}).items())))
+                jobs.extend(dataclasses.replace(base, lr=lr) for lr in rates)
     return jobs
 
 

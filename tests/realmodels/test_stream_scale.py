@@ -34,6 +34,12 @@ def test_plan_jobs_seeds_learning_rates_and_paper_chunks():
         plan_jobs({"p": None}, ["ogd-hydra"], lr_grid={"ogd-hydra": [0.0]})
     with pytest.raises(ValueError, match="unknown method"):
         plan_jobs({"p": None}, ["hydrant"])
+    # a grid for a method --method does not list: its learning-rate jobs alone (they used to be dropped)
+    alone = plan_jobs({"p": None}, ["eagle3", "ens-eagle3"], lr_grid={"ogd-eagle3": [1e-3, 2e-3]})
+    assert sorted(j.name for j in alone) == ["eagle3-s0", "ens-eagle3-s0", "ogd-eagle3-lr0.001-s0",
+                                             "ogd-eagle3-lr0.002-s0"]
+    with pytest.raises(ValueError, match="frozen draft"):
+        plan_jobs({"p": None}, ["hydra"], lr_grid={"hydra": [1e-3]})
 
 
 def test_serial_and_process_backends_give_the_same_records_and_resume(tmp_path):
