@@ -52,7 +52,7 @@ from specloop.realmodels.online_heldout import apply_snapshot, load_snapshot  # 
 from specloop.realmodels.policy import FixedDraftPolicy  # noqa: E402
 from specloop.realmodels.replay import ReplayDecoder, load_verify_cost  # noqa: E402
 from specloop.realmodels.replay_check import compare_traces  # noqa: E402
-from specloop.realmodels.stream_compare import log_ratio_t_interval, paired_gain  # noqa: E402
+from specloop.realmodels.stream_compare import log_ratio_t_interval, paired_gain, per_prompt_counts  # noqa: E402
 from specloop.realmodels.stream_record import open_recording, recorded_items  # noqa: E402
 from specloop.record import Trace  # noqa: E402
 
@@ -103,7 +103,7 @@ def check_chunk(recording, target, make_drafters, items, positions: list[int], a
         row = compare_traces(real, rep)
         row.pop("differences", None)
         row["tokens_per_s"] = float(np.mean([r for _, r in rates[name]]))
-        row["per_prompt"] = _per_prompt(real)
+        row["per_prompt"] = per_prompt_counts(real)
         row["tokens_per_s_per_prompt"] = rates[name]
         out[name] = row
     log_ratio = [math.log(a / f) for (_, a), (_, f) in zip(rates["adapted"], rates["frozen"])]
@@ -121,15 +121,6 @@ def _online(inner, state: dict):
     spec = resolve_method(state["method"])
     options = {**state["config"]["online"], "learner": spec.learner, "seed": state["config"]["seed"]}
     return OnlineDrafter(inner, OnlineAdapter(inner, OnlineConfig(**options)))
-
-
-def _per_prompt(trace) -> list[dict]:
-    rows: dict[int, list[int]] = {}
-    for r in trace:
-        acc = rows.setdefault(int(r.stream_index), [0, 0])
-        acc[0] += 1
-        acc[1] += int(r.tokens_per_round)
-    return [{"index": i, "rounds": a, "tokens": b} for i, (a, b) in sorted(rows.items())]
 
 
 def _online_tau(run: Path, positions: list[int]) -> float:
