@@ -47,11 +47,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specloop.realmodels.decoder import SpeculativeDecoder  # noqa: E402
-from specloop.realmodels.online import OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint  # noqa: E402
+from specloop.realmodels.online import load_checkpoint  # noqa: E402
 from specloop.realmodels.online_heldout import apply_snapshot, load_snapshot  # noqa: E402
 from specloop.realmodels.policy import FixedDraftPolicy  # noqa: E402
 from specloop.realmodels.replay import ReplayDecoder, load_verify_cost  # noqa: E402
 from specloop.realmodels.replay_check import compare_traces  # noqa: E402
+from specloop.realmodels.stream import online_drafter, resolve_method  # noqa: E402
 from specloop.realmodels.stream_compare import log_ratio_t_interval, paired_gain, per_prompt_counts  # noqa: E402
 from specloop.realmodels.stream_record import open_recording, recorded_items  # noqa: E402
 from specloop.record import Trace  # noqa: E402
@@ -115,12 +116,10 @@ def check_chunk(recording, target, make_drafters, items, positions: list[int], a
 
 
 def _online(inner, state: dict):
-    """The stream's online method around ``inner`` (a fresh learner with the run's
-    settings: `StreamRunner._build`), starting from ``inner``'s parameters."""
-    from specloop.realmodels.stream import resolve_method
+    """The run's online method around ``inner`` (a fresh learner with the run's
+    settings, as `StreamRunner` builds it), starting from ``inner``'s parameters."""
     spec = resolve_method(state["method"])
-    options = {**state["config"]["online"], "learner": spec.learner, "seed": state["config"]["seed"]}
-    return OnlineDrafter(inner, OnlineAdapter(inner, OnlineConfig(**options)))
+    return online_drafter(inner, spec, state["config"]["online"], state["config"]["seed"])[0]
 
 
 def _online_tau(run: Path, positions: list[int]) -> float:

@@ -60,7 +60,7 @@ from specloop.record import Trace, TraceWriter
 from specloop.strategies.registry import learner_spec
 
 __all__ = ["MethodSpec", "METHODS", "resolve_method", "StreamConfig", "StreamRunner", "summarise",
-           "BASELINE", "chunk_snapshot_path"]
+           "BASELINE", "chunk_snapshot_path", "online_drafter"]
 
 BASELINE = "greedy"
 _KINDS = {"hydra": "Hydra", "medusa": "Medusa", "eagle": "EAGLE", "eagle3": "EAGLE-3"}
@@ -126,6 +126,19 @@ def resolve_method(name: str) -> MethodSpec:
         if spec.label.lower() == name.strip().lower():
             return spec
     raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+
+
+def online_drafter(inner, spec: MethodSpec, online: dict, seed: int):
+    """``inner`` wrapped as the online method ``spec`` (its learner, with the
+    `OnlineConfig` fields ``online`` and ``seed``), starting from ``inner``'s
+    parameters: (`OnlineDrafter`, its `OnlineAdapter`).
+
+    Raises:
+        ValueError: a frozen method, or invalid ``online`` fields (`OnlineConfig`)."""
+    if spec.learner is None:
+        raise ValueError(f"{spec.label} is a frozen draft: it has no learner")
+    adapter = OnlineAdapter(inner, OnlineConfig(**{**online, "learner": spec.learner, "seed": int(seed)}))
+    return OnlineDrafter(inner, adapter), adapter
 
 
 class NoDraft(BaseDrafter):
@@ -242,9 +255,7 @@ class StreamRunner:
         inner = self.make_drafter(spec)
         if spec.learner is None:
             return inner, None
-        options = {**self.config.online, "learner": spec.learner, "seed": self.config.seed}
-        adapter = OnlineAdapter(inner, OnlineConfig(**options))
-        return OnlineDrafter(inner, adapter), adapter
+        return online_drafter(inner, spec, self.config.online, self.config.seed)
 
     def _decoder(self, drafter, index: int):
         from specloop.realmodels.decoder import SpeculativeDecoder
