@@ -106,9 +106,14 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
     grid = {resolve_method(k).name: [float(x) for x in v] for k, v in (lr_grid or {}).items()}
     if any(x <= 0 for v in grid.values() for x in v):
         raise ValueError(f"learning rates must be > 0, got {lr_grid}")
+    frozen = [name for name in grid if resolve_method(name).learner is None]
+    if frozen:
+        raise ValueError(f"--lr-grid names {frozen[0]!r}, a frozen draft: it has no learning rate")
+    listed = {resolve_method(m).name for m in methods}
+    grid_only = [name for name in grid if name not in listed]      # their learning-rate jobs only
     jobs = []
     for protocol, drafts in protocols.items():
-        for method in methods:
+        for method in [*methods, *grid_only]:
             spec = resolve_method(method)
             if spec.name == BASELINE:
                 continue
@@ -117,18 +122,10 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
             if spec.learner is None:
                 jobs.append(base)
                 continue
-            for seed in range(per_method.get(spec.name, int(seeds))):
-                jobs.append(dataclasses.replace(base, seed=seed))
+            if spec.name not in grid_only:
+                jobs.extend(dataclasses.replace(base, seed=seed)
+                            for seed in range(per_method.get(spec.name, int(seeds))))
             jobs.extend(dataclasses.replace(base, lr=lr) for lr in grid.get(spec.name, ()))
-        listed = {resolve_method(m).name for m in methods}
-        for name, rates in grid.items():                  # a grid alone: its learning-rate jobs only
-            spec = resolve_method(name)
-            if spec.learner is None:
-                raise ValueError(f"--lr-grid names {spec.name!r}, a frozen draft: it has no learning rate")
-            if spec.name not in listed:
-                size = int(chunk) if chunk is not None else paper_chunk(spec.name)
-                base = ScaleJob(protocol, spec.name, 0, None, size, drafts, tuple(sorted((online or {}).items())))
-                jobs.extend(dataclasses.replace(base, lr=lr) for lr in rates)
     return jobs
 
 
