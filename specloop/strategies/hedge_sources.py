@@ -95,10 +95,11 @@ import numpy as np
 from specloop.strategies._state import check_state_keys, make_rng, rng_state, set_rng_state
 from specloop.strategies.suffix_tree import monotone_cost
 
-__all__ = ["hedge_learning_rate", "hedge_regret_bound", "HedgeOverSources", "ThroughputLoss", "RatioLoss",
+__all__ = ["hedge_learning_rate", "hedge_regret_bound", "mixability_gap", "HedgeOverSources", "ThroughputLoss", "RatioLoss",
            "accepted_prefix", "DelayedFeedback", "SourceDraft"]
 
 _CHOICES = ("sample", "argmax")
+_RATES = ("anytime", "adahedge")
 
 
 def hedge_learning_rate(num_sources: int, round_index: int, horizon: int | None = None) -> float:
@@ -147,6 +148,26 @@ def hedge_regret_bound(num_rounds: int, num_sources: int, horizon: int | None = 
     return base + sum(min(1.0, math.expm1(eta * delay)) for eta in rates) if delay else base
 
 
+def mixability_gap(weights: np.ndarray, losses: np.ndarray, eta: float) -> float:
+    """delta = p . l + (1 / eta) ln sum_i p_i exp(-eta l_i) >= 0 (de Rooij et al. 2014,
+    Sec. 2): Hedge's loss minus the mix loss at rate ``eta``; ``eta`` infinite: p . l
+    minus the smallest loss of a source with p_i > 0; ``eta`` 0: 0.
+
+    Args:
+        weights: (K,) probabilities p; losses: (K,) finite reals; eta: >= 0 or inf.
+    """
+    p, loss = np.asarray(weights, dtype=np.float64), np.asarray(losses, dtype=np.float64)
+    hedge = float(p @ loss)
+    live = p > 0
+    low = float(loss[live].min())
+    if eta == 0:
+        return 0.0
+    if math.isinf(eta):
+        return max(0.0, hedge - low)
+    mix = low - math.log(float(p[live] @ np.exp(-eta * (loss[live] - low)))) / eta
+    return max(0.0, hedge - mix)
+
+
 class HedgeOverSources:
     """Exponential weights over K sources, fed delayed loss vectors in [0, 1]^K.
 
@@ -156,6 +177,17 @@ class HedgeOverSources:
         choose: "sample" (draw the source from p_t with the own generator; the regret
             bound is on the expected loss) or "argmax" (the heaviest source; no bound).
         seed: seed of the learner's numpy Generator.
+        learning_rate: "anytime" (default; ``horizon`` as above) or "adahedge"
+            (de Rooij, van Erven, Grunwald & Koolen, JMLR 2014, "Follow the Leader If You
+            Can, Hedge If You Must", Sec. 2): eta_t = ln K / Delta_{t-1}, Delta the
+            summed mixability gaps delta_t = p_t . l_t + (1 / eta_t) ln sum_i p_t,i
+            exp(-eta_t l_t,i) (eta infinite, i.e. follow the leaders, while Delta = 0).
+            Its weights are invariant under rescaling and translating the losses, so
+            losses may be any finite reals (no [0, 1] range to guess), and its regret is
+            at most Delta_T + ln K / eta_T <= 2 Delta_T for every loss sequence (their
+            Lemmas 1 and 3), which `regret` reports as ``bound``. That bound needs each
+            round's losses before the next play: AdaHedge refuses a play while a round
+            is unresolved.
 
     Use: ``round_id, source = play()`` each round; ``update(round_id, losses)`` once
     that round's losses are known (any order, at most once per round).
@@ -169,14 +201,20 @@ class HedgeOverSources:
     """
 
     def __init__(self, num_sources: int, horizon: int | None = None, choose: str = "sample",
-                 seed: int | None = 0):
+                 seed: int | None = 0, learning_rate: str = "anytime"):
         if isinstance(num_sources, bool) or not isinstance(num_sources, int) or num_sources < 1:
             raise ValueError(f"num_sources must be an integer >= 1, got {num_sources!r}")
         if horizon is not None and int(horizon) < 1:
             raise ValueError(f"horizon must be >= 1 or None, got {horizon!r}")
         if choose not in _CHOICES:
             raise ValueError(f"choose must be one of {_CHOICES}, got {choose!r}")
+        if learning_rate not in _RATES:
+            raise ValueError(f"learning_rate must be one of {_RATES}, got {learning_rate!r}")
+        if learning_rate == "adahedge" and horizon is not None:
+            raise ValueError("AdaHedge tunes its own learning rate: give no horizon")
         self.num_sources, self.horizon, self.choose = num_sources, horizon, choose
+        self.learning_rate = learning_rate
+        self.mixability_gap = 0.0          # AdaHedge's Delta: summed delta_t of the resolved rounds
         self._rng = make_rng(seed)
         self.cumulative_loss = np.zeros(num_sources)
         self.expected_loss = self.chosen_loss = 0.0
@@ -188,13 +226,27 @@ class HedgeOverSources:
         """p_t (K,) float64 proportional to exp(-eta_t L), L = resolved cumulative losses,
         for round t = ``round_index`` (default the next round, t + 1)."""
         t = self.t + 1 if round_index is None else int(round_index)
-        eta = hedge_learning_rate(self.num_sources, t, self.horizon)
-        z = -eta * (self.cumulative_loss - self.cumulative_loss.min())
-        w = np.exp(z)
+        eta = self.eta(t)
+        gap = self.cumulative_loss - self.cumulative_loss.min()
+        if math.isinf(eta):                           # follow the leaders (AdaHedge, Delta = 0)
+            w = (gap == 0).astype(np.float64)
+        else:
+            w = np.exp(-eta * gap)
         return w / w.sum()
+
+    def eta(self, round_index: int) -> float:
+        """The learning rate of round ``round_index`` (AdaHedge: of the next play;
+        infinite while Delta = 0, 0 for one source)."""
+        if self.learning_rate == "anytime":
+            return hedge_learning_rate(self.num_sources, round_index, self.horizon)
+        if self.num_sources == 1:
+            return 0.0
+        return math.inf if self.mixability_gap <= 0 else math.log(self.num_sources) / self.mixability_gap
 
     def play(self) -> tuple[int, int]:
         """Start a round: (round id t, chosen source index)."""
+        if self.learning_rate == "adahedge" and self._played:
+            raise ValueError("AdaHedge plays only after every earlier round was updated (no delayed feedback)")
         p = self.weights()
         self.t += 1
         if self._played and self.delay_term is not None:   # n_t losses p_t misses (module docstring)
@@ -213,9 +265,14 @@ class HedgeOverSources:
         if round_id not in self._played:
             raise ValueError(f"round {round_id} was not played or was already updated")
         loss = np.asarray(losses, dtype=np.float64).reshape(-1)
-        if loss.shape != (self.num_sources,) or not np.all((loss >= 0) & (loss <= 1)):
+        if self.learning_rate == "adahedge":
+            if loss.shape != (self.num_sources,) or not np.all(np.isfinite(loss)):
+                raise ValueError(f"losses must be {self.num_sources} finite numbers, got {losses!r}")
+        elif loss.shape != (self.num_sources,) or not np.all((loss >= 0) & (loss <= 1)):
             raise ValueError(f"losses must be {self.num_sources} numbers in [0, 1], got {losses!r}")
         p, chosen = self._played.pop(round_id)
+        if self.learning_rate == "adahedge":
+            self.mixability_gap += mixability_gap(p, loss, self.eta(self.t))
         self.cumulative_loss += loss
         self.expected_loss += float(p @ loss)
         self.chosen_loss += float(loss[chosen])
@@ -229,6 +286,11 @@ class HedgeOverSources:
         (the smaller of `hedge_regret_bound` at that delay and the undelayed bound plus
         ``delay_term``, sum_t min(1, eta_t n_t / 4) over the rounds played)."""
         best = float(self.cumulative_loss.min()) if self.resolved else 0.0
+        if self.learning_rate == "adahedge":
+            return {"expected": self.expected_loss - best, "realised": self.chosen_loss - best,
+                    "best_source": int(np.argmin(self.cumulative_loss)), "rounds": self.resolved,
+                    "max_delay": self.max_delay, "bound": 2.0 * self.mixability_gap,
+                    "mixability_gap": self.mixability_gap}
         bound = hedge_regret_bound(self.resolved, self.num_sources, self.horizon, self.max_delay)
         if self.max_delay and self.delay_term is not None:
             bound = min(bound, hedge_regret_bound(self.resolved, self.num_sources, self.horizon)
@@ -242,6 +304,7 @@ class HedgeOverSources:
                 "cumulative_loss": self.cumulative_loss.tolist(), "expected_loss": self.expected_loss,
                 "chosen_loss": self.chosen_loss, "t": self.t, "resolved": self.resolved,
                 "max_delay": self.max_delay, "delay_term": self.delay_term, "rng": rng_state(self._rng),
+                "learning_rate": self.learning_rate, "mixability_gap": self.mixability_gap,
                 "played": [[k, p.tolist(), c] for k, (p, c) in self._played.items()]}
 
     def load_state_dict(self, state: dict) -> None:
@@ -251,7 +314,11 @@ class HedgeOverSources:
                          "HedgeOverSources")
         if int(state["num_sources"]) != self.num_sources:
             raise ValueError(f"state has {state['num_sources']} sources, this Hedge {self.num_sources}")
+        if state.get("learning_rate", "anytime") != self.learning_rate:
+            raise ValueError(f"state tunes the learning rate {state.get('learning_rate', 'anytime')!r}, "
+                             f"this Hedge {self.learning_rate!r}")
         self.horizon, self.choose = state["horizon"], state["choose"]
+        self.mixability_gap = float(state.get("mixability_gap", 0.0))
         self.cumulative_loss = np.array(state["cumulative_loss"], dtype=np.float64)
         self.expected_loss, self.chosen_loss = float(state["expected_loss"]), float(state["chosen_loss"])
         self.t, self.resolved, self.max_delay = int(state["t"]), int(state["resolved"]), int(state["max_delay"])

@@ -41,21 +41,27 @@ def _prompts(n: int = 24) -> list[list[int]]:
     return prompts + prompts[:4]
 
 
-def _hedge(mode="choose", choose="sample", seconds=(1e-4, 1e-4)):
+def _hedge(mode="choose", choose="sample", seconds=(1e-4, 1e-4), **kw):
     return HedgeDrafter([SuffixDrafter(verify_cost=[1.0]), NGramDrafter()], ["suffix", "ngram"],
                         verify_cost=[1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7], mode=mode, choose=choose,
-                        draft_seconds=list(seconds), seed=0)
+                        draft_seconds=list(seconds), seed=0, **kw)
 
 
-@pytest.mark.parametrize("case", [("chain", "choose"), ("tree", "choose"), ("tree", "merge"),
-                                  ("chain", "argmax")])
+FEEDBACKS = {"request": {}, "request-explore1": {"explore": 1.0}, "shadow-round": {"per": "round"},
+             "round": {"feedback": "round"}}
+
+
+@pytest.mark.parametrize("case", [("chain", "choose", "request"), ("tree", "choose", "request"),
+                                  ("tree", "merge", "request"), ("chain", "argmax", "request"),
+                                  ("tree", "choose", "request-explore1"), ("chain", "choose", "shadow-round"),
+                                  ("tree", "merge", "shadow-round"), ("tree", "choose", "round")])
 def test_greedy_equals_plain_greedy(target, case):
-    policy, mode = case
+    policy, mode, feedback = case
     if mode == "argmax":                                    # measured (wall-clock) drafting seconds
         hedge = HedgeDrafter([SuffixDrafter(verify_cost=[1.0]), NGramDrafter()], ["suffix", "ngram"],
-                             verify_cost=[1.0, 1.1, 1.2, 1.3, 1.4], choose="argmax")
+                             verify_cost=[1.0, 1.1, 1.2, 1.3, 1.4], choose="argmax", **FEEDBACKS[feedback])
     else:
-        hedge = _hedge(mode)
+        hedge = _hedge(mode, **FEEDBACKS[feedback])
     spy = SpyDrafter(hedge)
     dec = SpeculativeDecoder(as_loaded(target), spy, policy=POLICIES[policy](), eos_token_id=[])
     prompts = _prompts()
@@ -73,11 +79,17 @@ def test_greedy_equals_plain_greedy(target, case):
     assert any(not p.is_chain for p in spy.proposals if p.size) == (policy == "tree")
     report = hedge.report()
     rounds = len(spy.proposals)
-    assert report["pending_rounds"] == 0 and report["regret"]["rounds"] == rounds
-    assert sum(report["chosen_counts"]) == rounds
-    if mode != "argmax":
-        assert min(report["chosen_counts"]) > 0             # sampling tried both sources
-    assert report["regret"]["max_delay"] <= 4               # the plan's depth bounds the delay
+    assert report["pending_rounds"] == 0 and sum(report["chosen_counts"]) == rounds
+    if report["per"] == "request":                          # one choice per request, no delay
+        assert report["regret"]["rounds"] == report["requests"] == len(prompts)
+        assert report["regret"]["max_delay"] == 0
+        assert 0 < report["explored_requests"] <= len(prompts)
+        assert (report["explored_requests"] == len(prompts)) == (report["explore"] == 1.0)
+    else:
+        assert report["regret"]["rounds"] == rounds
+        assert report["regret"]["max_delay"] <= 5           # the plan's depth (+ the bonus token) bounds it
+        if mode != "argmax":
+            assert min(report["chosen_counts"]) > 0         # sampling tried both sources
     assert report["regret"]["expected"] <= report["regret"]["bound"]
     # the suffix source's global structure grew from every request (it observed them all)
     assert hedge.sources[0].cache.num_tokens == sum(min(len(p), 8) + 12 for p in prompts)
@@ -146,9 +158,11 @@ def test_sampling_preserves_target_distribution(case):
     keys = list(joint)
     p = np.array([joint[k] for k in keys])
     policy = FixedDraftPolicy(2) if kind == "chain" else FixedDraftPolicy(2, parse_tree_shape("topk=3,depth=2,v=6"))
+    # choose: the context n-gram (its "9 2" is seldom sampled here) priced out, so Hedge's
+    # choice per request settles on the suffix source, whose drafts are often accepted
     hedge = HedgeDrafter([SuffixDrafter(verify_cost=[1.0], max_requests=50), NGramDrafter()],
                          verify_cost=[1.0], mode="merge" if kind == "tree" else "choose",
-                         draft_seconds=[0.0, 0.0], seed=3)
+                         draft_seconds=[0.0, 0.0 if kind == "tree" else 10.0], seed=3)
     spy = SpyDrafter(hedge)
     dec = SpeculativeDecoder(as_loaded(target), spy, policy=policy, sampling=sampling, eos_token_id=[], seed=11)
     n = 1000
@@ -179,20 +193,26 @@ def test_registry_and_refusals(target):
                            hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4, depth=24)
     assert isinstance(drafter, HedgeDrafter) and drafter.name == "hedge:suffix,ngram"
     assert drafter.mode == "merge" and drafter.sources[0].cache.depth == 24
-    ratio = drafter.delayed.loss                      # default: the throughput (Dinkelbach) loss
-    assert drafter.loss == "ratio" and ratio.max_tokens == 5
-    assert ratio.seconds_cap == pytest.approx(1.5 * ratio.verify_seconds(5))
-    rate = make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_loss="rate",
-                        hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4).delayed.loss
+    shadow = drafter.shadow                           # default: each source's own run, seconds per token
+    assert drafter.feedback == "shadow" and drafter.loss == "time" and drafter.delayed is None
+    assert shadow.max_tokens == 5 and shadow.seconds_cap == pytest.approx(1.5 * shadow.verify_seconds(5))
+    round_kw = dict(dtype="bfloat16", hedge_feedback="round", hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4)
+    ratio = make_drafter("hedge:suffix,ngram", None, **round_kw).delayed.loss   # round: the Dinkelbach loss
+    assert ratio.max_tokens == 5 and ratio.seconds_cap == pytest.approx(1.5 * ratio.verify_seconds(5))
+    rate = make_drafter("hedge:suffix,ngram", None, hedge_loss="rate", **round_kw).delayed.loss
     cost = rate.cost
     assert rate.rate_scale == pytest.approx(max(n / cost[n - 1] for n in range(1, 6)))
     with pytest.raises(ValueError, match="rate"):           # a state scored with the other loss
-        make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_draft_seconds=[0.0, 0.0],
-                     hedge_max_nodes=4).load_state_dict(
-            make_drafter("hedge:suffix,ngram", None, dtype="bfloat16", hedge_loss="rate",
-                         hedge_draft_seconds=[0.0, 0.0], hedge_max_nodes=4).state_dict())
+        make_drafter("hedge:suffix,ngram", None, **round_kw).load_state_dict(
+            make_drafter("hedge:suffix,ngram", None, hedge_loss="rate", **round_kw).state_dict())
+    with pytest.raises(ValueError, match="feedback"):       # a state of the other feedback
+        drafter.load_state_dict(make_drafter("hedge:suffix,ngram", None, **round_kw).state_dict())
     with pytest.raises(ValueError, match="loss"):
-        HedgeDrafter([NGramDrafter()], verify_cost=[1.0], loss="regret")
+        HedgeDrafter([NGramDrafter()], verify_cost=[1.0], feedback="round", loss="regret")
+    with pytest.raises(ValueError, match="shadow feedback"):
+        HedgeDrafter([NGramDrafter()], verify_cost=[1.0], loss="ratio")
+    with pytest.raises(ValueError, match="feedback"):
+        HedgeDrafter([NGramDrafter()], verify_cost=[1.0], feedback="played")
     check_drafter_name("hedge:suffix,ngram,ngram-datastore")
     assert parse_hedge_name("hedge: suffix , ngram") == ["suffix", "ngram"]
     for bad in ("hedge:", "hedge:suffix,", "hedge:hedge:ngram", "hedge:no-such-drafter-xyz"):
@@ -229,7 +249,7 @@ def test_merge_builds_one_trie_heaviest_source_first():
     from specloop.realmodels.drafters.base import DraftRequest
     from specloop.strategies.base import DraftPlan, TreePlan
     hedge = HedgeDrafter([FixedDrafter([1, 2, 3]), FixedDrafter([1, 4])], verify_cost=[1.0], mode="merge",
-                         draft_seconds=[0.0, 0.0])
+                         feedback="round", draft_seconds=[0.0, 0.0])     # driven by hand on one context
     hedge.reset(torch.tensor([7, 8]))
 
     def request(plan):
@@ -246,3 +266,61 @@ def test_merge_builds_one_trie_heaviest_source_first():
                           16, SamplingConfig(0.0), torch.Generator())
     assert hedge.propose(capped).size == 2
     assert hedge.propose(request(DraftPlan(3))).is_chain                     # a chain plan: choose
+
+
+def test_per_request_play_is_the_chosen_sources_standalone_run(target):
+    """Shadow feedback, one choice per request: every request's rounds are exactly the
+    chosen source's rounds alone (stateless sources, so their runs do not depend on the
+    stream), and Hedge's shadow throughputs are the sources' standalone ones."""
+    def sources():
+        return [NGramDrafter(max_ngram=3), NGramDrafter(max_ngram=1, max_matches=1)]
+    policy = POLICIES["tree"]
+    alone = [SpeculativeDecoder(as_loaded(target), src, policy=policy(), eos_token_id=[]) for src in sources()]
+    hedge = HedgeDrafter(sources(), ["ngram3", "ngram1"], verify_cost=[1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7],
+                         draft_seconds=[1e-3, 2e-3], explore=0.5, seed=1)
+    dec = SpeculativeDecoder(as_loaded(target), hedge, policy=policy(), eos_token_id=[])
+    chosen_seen, seconds = set(), np.zeros(2)
+    for prompt in _prompts():
+        result = dec.generate(prompt, 16)
+        chosen = hedge.report()["chosen_counts"]
+        runs = [a.generate(prompt, 16) for a in alone]
+        shape = [(r.num_draft_tokens, r.accepted_tokens) for r in result.trace]
+        match = [i for i, run in enumerate(runs) if shape == [(r.num_draft_tokens, r.accepted_tokens) for r in run.trace]]
+        assert match, prompt                          # the played run is one source's own run
+        chosen_seen.update(match)
+        for i, run in enumerate(runs):                # what each source's standalone run costs
+            seconds[i] += sum(hedge.shadow.verify_seconds(r.num_draft_tokens + 1) + [1e-3, 2e-3][i] for r in run.trace)
+        assert sum(chosen) == sum(hedge.chosen_counts)
+    report = hedge.report()
+    assert 0 < report["explored_requests"] < report["requests"] == len(_prompts())
+    # the shadows saw every explored request's standalone runs (and the chosen one's always)
+    assert np.all(hedge.shadow.tokens_decided > 0) and np.all(hedge.shadow.seconds_decided <= seconds + 1e-9)
+
+
+def test_one_source_hedge_is_that_source(target):
+    """K = 1 (a stateful suffix source): the played stream equals the suffix drafter alone,
+    round for round, over requests that share its global structure."""
+    policy = POLICIES["tree"]
+    solo = SpeculativeDecoder(as_loaded(target), SuffixDrafter(verify_cost=[1.0]), policy=policy(), eos_token_id=[])
+    hedge = HedgeDrafter([SuffixDrafter(verify_cost=[1.0])], verify_cost=[1.0, 1.1, 1.2, 1.3, 1.4],
+                         draft_seconds=[0.0])
+    dec = SpeculativeDecoder(as_loaded(target), hedge, policy=policy(), eos_token_id=[])
+    prompts = _prompts(12)                       # 12, then 4 of them again (drafted from the global trie)
+    for prompt in prompts:
+        ours, theirs = dec.generate(prompt, 12), solo.generate(prompt, 12)
+        assert ours.new_tokens == theirs.new_tokens
+        assert [(r.num_draft_tokens, r.accepted_tokens) for r in ours.trace] == \
+            [(r.num_draft_tokens, r.accepted_tokens) for r in theirs.trace]
+    assert hedge.report()["requests"] == len(prompts) and hedge.shadow.tokens_decided[0] == 12 * len(prompts)
+
+
+@pytest.mark.parametrize("per", ["request", "round"])
+def test_requests_the_decoder_never_asks_to_draft(target, per):
+    """A one-token request (the decoder asks no draft: the bonus token is the whole
+    output) still closes every shadow; the next request drafts as usual."""
+    hedge = _hedge(per=per, explore=1.0)             # every shadow in every request
+    dec = SpeculativeDecoder(as_loaded(target), hedge, policy=POLICIES["tree"](), eos_token_id=[])
+    for prompt, length in (([3, 4, 3], 1), ([3, 4, 3, 4], 6), ([5], 1)):
+        assert dec.generate(prompt, length).new_tokens == plain_greedy(target, prompt, length)
+    report = hedge.report()
+    assert report["pending_rounds"] == 0 and np.all(hedge.shadow.tokens_decided == 8)

@@ -69,7 +69,8 @@ def test_greedy_identical_to_hf(smollm2_float32, prompts, references, case):
     assert max(f.num_accepted for f in spy.feedback) >= 4
     if kind.startswith("hedge"):
         report = spy.inner.report()
-        assert report["pending_rounds"] == 0 and report["regret"]["rounds"] == len(spy.proposals)
+        assert report["pending_rounds"] == 0 and sum(report["chosen_counts"]) == len(spy.proposals)
+        assert report["regret"]["rounds"] == report["requests"] == len(prompts)   # a choice per request
 
 
 @pytest.mark.parametrize("kind", ["suffix", "hedge"])

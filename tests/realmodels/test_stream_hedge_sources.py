@@ -61,7 +61,8 @@ def test_killed_run_resumes_to_identical_records(target, tmp_path):
     assert saved["kind"] == "hedge" and saved["sources"] == ["suffix", "ngram"]
     assert saved["draft_seconds"] == pytest.approx([160e-6, 70e-6])
     assert saved["source_states"][0] is not None                  # the suffix tries
-    assert saved["hedge"]["t"] > 0 and saved["delayed"]["rounds"] == []   # decided at each prompt's end
+    assert saved["hedge"]["t"] > 0 and saved["shadow"]["rounds"] == []    # decided at each prompt's end
+    assert saved["feedback"] == "shadow" and saved["prompt"] is None
     resumed = _runner(target, tmp_path / "resumed").run_method(METHOD)
     assert _records(rounds) == _records(tmp_path / "full" / METHOD / "rounds.jsonl")
     assert resumed["mean_accepted_length"] == pytest.approx(full["mean_accepted_length"])

@@ -1,26 +1,40 @@
 """Hedge over draft sources: ``--draft hedge:suffix,ngram`` (issue 21, section 2).
 
-Every round every source proposes (timed); `specloop.strategies.hedge_sources.
-HedgeOverSources` picks one by exponential weights over the sources' cumulative
-tokens-per-second losses and its proposal is verified (``mode="choose"``), or the
-sources' trees are merged into one trie, heaviest source first (``mode="merge"``, tree
-plans only; a chain plan falls back to "choose"). Each source's loss is decided from
-the committed tokens (`DelayedFeedback`: no extra target calls, censored rounds wait
-for the next rounds, at most ``max_delay`` rounds); see `strategies.hedge_sources` for
-the loss, its normalisation, the learning rate and the regret bound. HedgeSpec
-(arXiv 2510.20064) selects drafters the same way.
+`specloop.strategies.hedge_sources.HedgeOverSources` keeps exponential weights over the
+sources' cumulative losses; its choice is verified (``mode="choose"``), or the sources'
+trees are merged into one trie, heaviest source first (``mode="merge"``, tree plans
+only; a chain plan falls back to "choose"). No extra target calls: every loss is decided
+from the committed tokens. HedgeSpec (arXiv 2510.20064) selects drafters the same way.
 
-Every source observes every round, so its own state (the suffix trie, an n-gram
-length model) follows the committed sequence. The source whose proposal was verified
-gets the decoder's feedback; the others get the feedback a greedy verifier would have
-given *their* proposal, as far as the committed tokens decide it: their accepted path
-along the committed tokens (at most ``len(committed) - 1`` nodes, or all of them in a
-finished round), the nodes whose outcome is not yet known (the child that matches the
-last committed token, and its subtree) removed through `DraftProposal.subset` (which
-keeps each node's index in the source's own numbering), ``p_target`` / ``target_logits``
-rows of the committed positions, ``child_acceptance_ratios`` empty. SuffixDrafter
-calibrates on exactly those nodes; NGramDrafter's length model sees the decided
-accepted length (a censored one as ``len(committed) - 1``).
+Two kinds of feedback:
+
+* ``feedback="shadow"`` (default; `strategies.hedge_shadow`): every source follows its own
+  standalone run over the committed tokens, drafting from the context up to its cursor
+  and observing only its own rounds (a greedy verifier's feedback of its proposal), so
+  its state is what it would be alone. The played proposal is the chosen source's shadow
+  draft at this offset, or the subtree of its pending one under the node the committed
+  tokens matched. With ``per="request"`` (default) Hedge chooses once per request with
+  AdaHedge over the sources' standalone seconds, and the request's rounds are exactly the
+  chosen source's rounds alone; with probability ``explore`` a request runs every
+  shadow and its seconds, over that probability, are the loss; otherwise only the chosen
+  source drafts, and the others read the request's committed tokens at its end (one
+  feedback with an empty proposal: the suffix tries still grow). ``per="round"``: a
+  choice per round, every shadow always, losses per played round (delayed, at most the
+  proposals' depth).
+* ``feedback="round"``: every source proposes every round and is scored on the played
+  round (`DelayedFeedback`: censored rounds wait for the next rounds, at most
+  ``max_delay``; the Dinkelbach loss of the throughput or the mean per-round rate). The
+  source whose proposal was verified gets the decoder's feedback; the others get the
+  feedback a greedy verifier would have given *their* proposal, as far as the committed
+  tokens decide it: their accepted path along the committed tokens (at most
+  ``len(committed) - 1`` nodes, or all of them in a finished round), the nodes whose
+  outcome is not yet known (the child that matches the last committed token, and its
+  subtree) removed through `DraftProposal.subset` (which keeps each node's index in the
+  source's own numbering), ``p_target`` / ``target_logits`` rows of the committed
+  positions, ``child_acceptance_ratios`` empty. SuffixDrafter calibrates on exactly those
+  nodes; NGramDrafter's length model sees the decided accepted length (a censored one as
+  ``len(committed) - 1``). Kept for comparison: rounds start after the played source's
+  rejection, which favours the others (`strategies.hedge_shadow` has the numbers).
 
 Lossless: sources must be deterministic (``q_draft`` None, verified as point masses,
 lossless for greedy and sampling) and the choice uses the drafter's own numpy
@@ -48,14 +62,18 @@ moment is far below what the loss resolves.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.drafters.ngram import build_trie
+from specloop.strategies._state import make_rng, rng_state, set_rng_state
+from specloop.strategies.hedge_shadow import ShadowFeedback, accepted_path, subtree_below
 from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, RatioLoss, SourceDraft,
                                                ThroughputLoss, accepted_prefix)
 
@@ -64,6 +82,8 @@ __all__ = ["HedgeDrafter", "parse_hedge_name", "parse_hedge_sources", "make_hedg
 
 PREFIX = "hedge:"
 _MODES = ("choose", "merge")
+_FEEDBACKS = ("shadow", "round")
+_PERS = ("request", "round")
 _LOSSES = {"ratio": RatioLoss, "rate": ThroughputLoss}
 _COST = re.compile(r"^(?P<source>.+)@(?P<value>[0-9.]+(?:[eE][-+]?[0-9]+)?)(?P<unit>us|ms|s)?$")
 _UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, None: 1.0}
@@ -140,10 +160,28 @@ class HedgeDrafter(BaseDrafter):
         sources: the K >= 1 source drafters (not needing target hidden states).
         names: their names for reports (default the drafters' ``name``).
         verify_cost: seconds to verify 1..M tokens for the loss.
-        loss: "ratio" (default, `RatioLoss`: the Dinkelbach loss of the stream's
-            throughput, sum of tokens / sum of seconds) or "rate" (`ThroughputLoss`: the
-            mean per-round rate, which a source verifying more nodes per round can tie
-            while its throughput is higher; see `strategies.hedge_sources`).
+        feedback: "shadow" (default, `strategies.hedge_shadow.ShadowFeedback`): every
+            source is scored on its own standalone run over the committed tokens, and
+            the played proposals come from those runs; "round": every source is scored
+            on the played rounds (`strategies.hedge_sources.DelayedFeedback`), which
+            favours the sources not played (see `strategies.hedge_shadow`).
+        per: what Hedge chooses for. "request" (default with shadow feedback): one source
+            per request, drawn from AdaHedge's weights (`HedgeOverSources` with
+            ``learning_rate="adahedge"``) over the sources' summed shadow seconds, so the
+            played run of a request is the chosen source's standalone run and every
+            request's losses are known before the next choice (no delay). "round"
+            (the only choice with round feedback): a source per round, anytime rate,
+            delayed losses normalised into [0, 1].
+        explore: per="request", mode "choose": the probability that a request runs every
+            source's shadow (its losses, divided by this probability, update Hedge: an
+            unbiased estimate, label-efficient prediction, Cesa-Bianchi, Lugosi & Stoltz
+            2005); otherwise only the chosen source drafts and the others only read the
+            committed tokens at the end. 1 = every request (full information). "merge"
+            needs every source: always 1.
+        loss: round feedback only: "ratio" (default, `RatioLoss`: the Dinkelbach loss
+            of the stream's throughput, sum of tokens / sum of seconds) or "rate"
+            (`ThroughputLoss`: the mean per-round rate). Shadow feedback has its own
+            loss (seconds per committed token) and takes None.
         mode: "choose" (verify the chosen source's proposal) or "merge".
         choose: "sample" (draw from the weights with the own Generator; Hedge's
             regret bound applies) or "argmax".
@@ -155,7 +193,8 @@ class HedgeDrafter(BaseDrafter):
 
     Raises:
         ValueError: no sources, a source needing hidden states, bad names / options;
-            at propose time a source returning ``q_draft``.
+            at propose time a source returning ``q_draft``, or (shadow feedback) a
+            context that did not follow the committed tokens reported to ``observe``.
     """
 
     name = "hedge"
@@ -163,9 +202,11 @@ class HedgeDrafter(BaseDrafter):
     keeps_stream_state = True
 
     def __init__(self, sources: Sequence, names: Sequence[str] | None = None, *,
-                 verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample", loss: str = "ratio",
-                 horizon: int | None = None, draft_seconds: Sequence[float] | None = None,
-                 max_delay: int = 64, max_nodes: int | None = None, seed: int | None = 0):
+                 verify_cost: Sequence[float], mode: str = "choose", choose: str = "sample",
+                 feedback: str = "shadow", per: str | None = None, explore: float = 0.25,
+                 loss: str | None = None, horizon: int | None = None,
+                 draft_seconds: Sequence[float] | None = None, max_delay: int = 64,
+                 max_nodes: int | None = None, seed: int | None = 0):
         self.sources = list(sources)
         if not self.sources:
             raise ValueError("a hedge drafter needs at least one source")
@@ -181,40 +222,101 @@ class HedgeDrafter(BaseDrafter):
         if draft_seconds is not None and (len(draft_seconds) != len(self.sources)
                                           or any(not float(s) >= 0 for s in draft_seconds)):
             raise ValueError(f"draft_seconds must give {len(self.sources)} seconds >= 0")
-        if loss not in _LOSSES:
+        if feedback not in _FEEDBACKS:
+            raise ValueError(f"feedback must be one of {_FEEDBACKS}, got {feedback!r}")
+        if feedback == "shadow" and loss not in (None, "time"):
+            raise ValueError(f"shadow feedback scores seconds per committed token; loss={loss!r} is for "
+                             "feedback='round'")
+        loss = ("time" if feedback == "shadow" else "ratio") if loss is None else loss
+        if feedback == "round" and loss not in _LOSSES:
             raise ValueError(f"loss must be one of {tuple(_LOSSES)}, got {loss!r}")
-        self.mode, self.loss = mode, loss
+        per = ("request" if feedback == "shadow" else "round") if per is None else per
+        if per not in _PERS or (per == "request" and feedback != "shadow"):
+            raise ValueError(f"per must be one of {_PERS} ('request' with shadow feedback only), got {per!r}")
+        if not 0.0 < float(explore) <= 1.0:
+            raise ValueError(f"explore must be a probability in (0, 1], got {explore!r}")
+        self.mode, self.loss, self.feedback, self.per = mode, loss, feedback, per
+        self.explore = 1.0 if mode == "merge" or per == "round" else float(explore)
         self.draft_seconds = None if draft_seconds is None else [float(s) for s in draft_seconds]
-        self.hedge = HedgeOverSources(len(self.sources), horizon, choose, seed)
-        self.delayed = DelayedFeedback(_LOSSES[loss](verify_cost, max_nodes), max_delay)
+        self.hedge = HedgeOverSources(len(self.sources), None if per == "request" else horizon, choose, seed,
+                                      learning_rate="adahedge" if per == "request" else "anytime")
+        self._explore_rng = make_rng(None if seed is None else seed + 1)
+        self._request: tuple[int, int, bool] | None = None       # per request: round id, chosen, explored
+        self._seconds0 = None
+        self._last_row: tuple | None = None            # a (1, V) p_target / logits row for catch-up feedback
+        self._ids: torch.Tensor | None = None          # the open request's context (`_context`)
+        self.requests = self.explored_requests = 0
+        if feedback == "round":
+            self.delayed, self.shadow = DelayedFeedback(_LOSSES[loss](verify_cost, max_nodes), max_delay), None
+        else:
+            table = ThroughputLoss(verify_cost)
+            self.delayed = None
+            self.shadow = ShadowFeedback(len(self.sources), table.verify_seconds, max_nodes,
+                                         default_nodes=table.cost.size - 1, max_delay=max_delay)
         self.name = PREFIX + ",".join(self.names)
         self.chosen_counts = [0] * len(self.sources)
         self._round: tuple[list[DraftProposal], int | None] | None = None   # proposals, verified source
+        self._prompt: list[int] | None = None          # shadow feedback: the open request's prompt
+        self._props: list[DraftProposal | None] = [None] * len(self.sources)   # pending shadow proposals
+        self._rows: dict[int, tuple] = {}              # offset -> (p_target row, logits row)
+        self._template: tuple[DraftRequest, int] | None = None                 # last request, its offset
 
     def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
-        self._apply(self.delayed.end_request())
+        if self.shadow is not None:
+            self._finish_request()
+        else:
+            self._apply(self.delayed.end_request())
         self._round = None
         for src in self.sources:
             src.reset(prompt_ids)
+        self._prompt = [int(t) for t in torch.as_tensor(prompt_ids).reshape(-1).tolist()]
+        if self.shadow is not None:
+            self._start_request()
+
+    def _start_request(self) -> None:
+        """Shadow feedback: the request's shadows (per request: Hedge's choice, explored?)."""
+        if self.per == "round":
+            self.shadow.start_request()
+            return
+        round_id, chosen = self.hedge.play()
+        explored = self.explore >= 1.0 or bool(self._explore_rng.random() < self.explore)
+        self._request = (round_id, chosen, explored)
+        self.requests += 1
+        self.explored_requests += explored
+        self.shadow.start_request(None if explored else [chosen])
+        self._seconds0 = self.shadow.seconds_decided.copy()
 
     def _apply(self, decided) -> None:
         for round_id, losses in decided:
             self.hedge.update(round_id, losses)
 
+    def _timed(self, i: int, request: DraftRequest) -> tuple[DraftProposal, SourceDraft]:
+        start = time.perf_counter()
+        prop = self.sources[i].propose(request)
+        seconds = time.perf_counter() - start if self.draft_seconds is None else self.draft_seconds[i]
+        if prop.q_draft is not None:
+            raise ValueError(f"hedge source {self.names[i]!r} returned a sampled draft (q_draft); only "
+                             "deterministic sources (q_draft None) can be mixed losslessly")
+        return prop, SourceDraft(prop.tokens.tolist(), prop.parents.tolist(), seconds)
+
     def propose(self, request: DraftRequest) -> DraftProposal:
-        """Every source proposes; returns the chosen one's proposal (or the merge)."""
-        proposals, drafts = [], []
-        for i, (name, src) in enumerate(zip(self.names, self.sources)):
-            start = time.perf_counter()
-            prop = src.propose(request)
-            seconds = time.perf_counter() - start if self.draft_seconds is None else self.draft_seconds[i]
-            if prop.q_draft is not None:
-                raise ValueError(f"hedge source {name!r} returned a sampled draft (q_draft); only "
-                                 "deterministic sources (q_draft None) can be mixed losslessly")
-            proposals.append(prop)
-            drafts.append(SourceDraft(prop.tokens.tolist(), prop.parents.tolist(), seconds))
-        round_id, chosen = self.hedge.play()
-        self.delayed.add(round_id, drafts)
+        """Returns the chosen source's proposal (or the merge). Round feedback: every
+        source proposes; shadow feedback: the shadows that reached this offset propose."""
+        if self.shadow is not None:
+            proposals = self._shadow_proposals(request)
+            if self.per == "request":
+                chosen = self._request[1]
+            else:
+                round_id, chosen = self.hedge.play()
+                self.shadow.add_round(round_id)
+        else:
+            proposals, drafts = [], []
+            for i in range(len(self.sources)):
+                prop, draft = self._timed(i, request)
+                proposals.append(prop)
+                drafts.append(draft)
+            round_id, chosen = self.hedge.play()
+            self.delayed.add(round_id, drafts)
         self.chosen_counts[chosen] += 1
         if self.mode == "merge" and request.plan.tree is not None:
             self._round = (proposals, None)
@@ -222,6 +324,119 @@ class HedgeDrafter(BaseDrafter):
         self._round = (proposals, chosen)
         return proposals[chosen]
 
+    # -- shadow feedback --------------------------------------------------------------
+    def _shadow_proposals(self, request: DraftRequest) -> list[DraftProposal]:
+        """Bring every shadow to this offset, then each source's proposal here."""
+        if self._prompt is None:                       # driven without reset: the context is the prompt
+            self._prompt = [int(t) for t in request.ids.reshape(-1).tolist()]
+            self._start_request()
+        offset = int(request.ids.shape[0]) - len(self._prompt)
+        if offset != self.shadow.known:
+            raise ValueError(f"hedge drafter: the context is {offset} tokens past the prompt, but "
+                             f"{self.shadow.known} were committed through observe (call reset per request)")
+        self._template = (request, offset)
+        self._draft_shadows()
+        return [self._live(i, request) if i in self.shadow.active else DraftProposal.empty(device=request.ids.device)
+                for i in range(len(self.sources))]
+
+    def _draft_shadows(self, behind_only: bool = False) -> None:
+        """Every shadow that wants a draft proposes at its cursor (from the context up to
+        it) until none does (``behind_only``: none behind the committed tokens); decided
+        rounds go to their sources at once."""
+        request, offset = self._template if self._template is not None else (None, 0)
+        while wanted := [i for i in self.shadow.wants() if not behind_only or self.shadow.cursor(i) < self.shadow.known]:
+            for i in wanted:
+                cursor = self.shadow.cursor(i)
+                last = self.shadow.ended and self.shadow.known - cursor <= 1
+                if request is None or last:   # no round asked for a draft (e.g. one token), or the
+                    self._props[i] = DraftProposal.empty()   # request's last token: alone, the
+                    self._feed(self.shadow.offer(i, SourceDraft([], [], 0.0)))   # decoder asks nothing
+                    continue
+                ids = self._context(request.ids.device)[:len(self._prompt) + cursor]
+                sub = dataclasses.replace(request, ids=ids, policy=None,
+                                          max_tokens=max(0, request.max_tokens + offset - cursor))
+                prop, draft = self._timed(i, sub)
+                self._props[i] = prop
+                self._feed(self.shadow.offer(i, draft))
+
+    def _context(self, device) -> torch.Tensor:
+        """int64 (prompt + committed,) of the open request, rebuilt only when it grew."""
+        size = len(self._prompt) + self.shadow.known
+        if self._ids is None or int(self._ids.shape[0]) != size:
+            self._ids = torch.tensor(self._prompt + self.shadow.tokens(self.shadow.known), dtype=torch.long,
+                                     device=device)
+        return self._ids
+
+    def _live(self, i: int, request: DraftRequest) -> DraftProposal:
+        """Source i's proposal at this offset: its fresh shadow draft, or the subtree of
+        its pending one under the node matched by the tokens committed since."""
+        prop, cursor = self._props[i], self.shadow.cursor(i)
+        if cursor == self.shadow.known:
+            return prop
+        toks, pars = prop.tokens.tolist(), prop.parents.tolist()
+        path = accepted_path(toks, pars, self.shadow.tokens(self.shadow.known)[cursor:])
+        keep = subtree_below(pars, path[-1], request.max_tokens)
+        if not keep:
+            return DraftProposal.empty(device=request.ids.device)
+        where = {old: new for new, old in enumerate(keep)}
+        at = torch.tensor(keep, dtype=torch.long)
+        source = tuple(prop.draft_node(j) for j in keep)
+        return DraftProposal(prop.tokens[at.to(prop.tokens.device)],
+                             torch.tensor([where.get(pars[j], -1) for j in keep], dtype=torch.long,
+                                          device=prop.parents.device),
+                             None, None if prop.node_probs is None else prop.node_probs[at], source)
+
+    def _feed(self, decisions) -> None:
+        """Each decided shadow round to its source, as a greedy verifier's feedback."""
+        for d in decisions:
+            prop = self._props[d.source]
+            if prop is None:                           # restored mid-request from a saved state
+                prop = DraftProposal(torch.tensor(d.draft.tokens, dtype=torch.long),
+                                     torch.tensor(d.draft.parents, dtype=torch.long))
+            self._props[d.source] = None
+            p_target, logits = self._target_rows(d.start, d.start + len(d.accepted) + 1)
+            self.sources[d.source].observe(VerifyFeedback(prop, tuple(d.accepted), torch.tensor(d.committed),
+                                                          p_target, logits, None, (), d.finished))
+
+    def _target_rows(self, start: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The target's (p_target, logits) rows of offsets [start, end): a view of one played
+        round's feedback when they all come from it (the common case), else stacked."""
+        rows = [self._rows[j] for j in range(start, end) if j in self._rows]
+        if not rows:
+            return torch.zeros(0), torch.zeros(0)
+        first = rows[0]
+        if all(r[0] is first[0] and r[2] == first[2] + n for n, r in enumerate(rows)):
+            return first[0][first[2]:first[2] + len(rows)], first[1][first[2]:first[2] + len(rows)]
+        return (torch.stack([r[0][r[2]] for r in rows]), torch.stack([r[1][r[2]] for r in rows]))
+
+    def _finish_request(self) -> None:
+        """End the open request: every shadow to its end, then the played rounds' losses."""
+        if self._prompt is None:
+            return
+        self._feed(self.shadow.end_request())
+        self._draft_shadows()
+        tokens, active = self.shadow.tokens(self.shadow.known), list(self.shadow.active)
+        self._apply(self.shadow.close_request())
+        if self.per == "request":
+            self._close_request(tokens, active)
+        self._prompt, self._template, self._rows, self._ids = None, None, {}, None
+        self._props = [None] * len(self.sources)
+
+    def _close_request(self, tokens: list[int], active: list[int]) -> None:
+        """Per request: the sources that did not draft read the request's tokens; Hedge
+        learns the explored request's seconds (over the exploring probability)."""
+        if tokens and self._last_row is not None:
+            row = self._last_row
+            for i, src in enumerate(self.sources):
+                if i not in active:
+                    src.observe(VerifyFeedback(DraftProposal.empty(), (), torch.tensor(tokens), row[0], row[1],
+                                               None, (), True))
+        round_id, _, explored = self._request
+        seconds = self.shadow.seconds_decided - self._seconds0
+        self.hedge.update(round_id, seconds / self.explore if explored else np.zeros(len(self.sources)))
+        self._request = None
+
+    # -- both --------------------------------------------------------------------------
     def _merge(self, proposals: list[DraftProposal], request: DraftRequest) -> DraftProposal:
         """One trie of every source's root-to-node paths, heaviest source first."""
         weights = self.hedge.weights(self.hedge.t)          # p_t of this round (played already)
@@ -247,8 +462,26 @@ class HedgeDrafter(BaseDrafter):
                              torch.tensor(parents, dtype=torch.long, device=request.ids.device))
 
     def observe(self, feedback: VerifyFeedback) -> None:
-        """Decide the losses the committed tokens reveal; every source observes."""
-        self._apply(self.delayed.commit(feedback.committed_tokens.reshape(-1).tolist()))
+        """Decide the losses the committed tokens reveal; the sources observe (round
+        feedback: every played round; shadow feedback: their own decided rounds)."""
+        committed = feedback.committed_tokens.reshape(-1).tolist()
+        if self.shadow is not None:
+            self._round = None
+            base = self.shadow.known
+            self._last_row = (feedback.p_target[:1], feedback.target_logits[:1])
+            for j in range(min(len(committed), int(feedback.p_target.shape[0]))):
+                self._rows[base + j] = (feedback.p_target, feedback.target_logits, j)
+            self._feed(self.shadow.commit(committed))
+            if feedback.finished:
+                self._finish_request()
+                return None
+            self._draft_shadows(behind_only=True)          # resolve what the new tokens decide now
+            if self.per == "round":
+                self._apply(self.shadow.resolved())
+            low = min(self.shadow.cursor(i) for i in self.shadow.active)
+            self._rows = {j: r for j, r in self._rows.items() if j >= low}
+            return None
+        self._apply(self.delayed.commit(committed))
         proposals, verified = self._round if self._round is not None else ([], None)
         self._round = None
         for i, src in enumerate(self.sources):      # the verified source: the decoder's own feedback
@@ -258,34 +491,56 @@ class HedgeDrafter(BaseDrafter):
             self._apply(self.delayed.end_request())
         return None
 
+    @property
+    def pending_rounds(self) -> int:
+        return self.delayed.pending if self.shadow is None else len(self.shadow._rounds)
+
     def report(self) -> dict:
-        """Per-stream report: weights, cumulative losses, choices, regret (`HedgeOverSources.regret`)."""
-        scorer = self.delayed.loss
-        rates = scorer.rates.tolist() if isinstance(scorer, RatioLoss) else None
-        return {"sources": list(self.names), "loss": self.loss, "source_tokens_per_s": rates,
-                "weights": self.hedge.weights().tolist(),
+        """Per-stream report: weights, cumulative losses, choices, regret
+        (`HedgeOverSources.regret`); ``source_tokens_per_s``: each source's standalone
+        throughput (shadow: drafting + verify seconds of its own run; round, ratio loss:
+        on the played rounds)."""
+        if self.shadow is not None:
+            rates = self.shadow.rates.tolist()
+        else:
+            scorer = self.delayed.loss
+            rates = scorer.rates.tolist() if isinstance(scorer, RatioLoss) else None
+        return {"sources": list(self.names), "feedback": self.feedback, "per": self.per, "explore": self.explore,
+                "requests": self.requests, "explored_requests": self.explored_requests,
+                "loss": self.loss, "source_tokens_per_s": rates, "weights": self.hedge.weights().tolist(),
                 "cumulative_loss": self.hedge.cumulative_loss.tolist(),
-                "chosen_counts": list(self.chosen_counts), "pending_rounds": self.delayed.pending,
+                "chosen_counts": list(self.chosen_counts), "pending_rounds": self.pending_rounds,
                 "regret": self.hedge.regret()}
 
     def state_dict(self) -> dict:
-        """The Hedge state, the pending delayed-feedback rounds, the fixed drafting seconds
-        (None = wall clock) and each source's ``state_dict`` (None where it has none)."""
-        return {"kind": "hedge", "sources": list(self.names), "loss": self.loss, "hedge": self.hedge.state_dict(),
-                "delayed": self.delayed.state_dict(), "draft_seconds": self.draft_seconds,
-                "chosen_counts": list(self.chosen_counts),
+        """The Hedge state, the pending feedback (rounds or shadows, with the open
+        request's prompt), the fixed drafting seconds (None = wall clock) and each
+        source's ``state_dict`` (None where it has none)."""
+        return {"kind": "hedge", "sources": list(self.names), "feedback": self.feedback, "loss": self.loss,
+                "hedge": self.hedge.state_dict(),
+                "delayed": None if self.delayed is None else self.delayed.state_dict(),
+                "shadow": None if self.shadow is None else self.shadow.state_dict(), "prompt": self._prompt,
+                "draft_seconds": self.draft_seconds, "chosen_counts": list(self.chosen_counts),
+                "per": self.per, "explore": self.explore, "explore_rng": rng_state(self._explore_rng),
+                "request": None if self._request is None else list(self._request),
+                "seconds0": None if self._seconds0 is None else self._seconds0.tolist(),
+                "requests": [self.requests, self.explored_requests],
                 "source_states": [s.state_dict() if hasattr(s, "state_dict") else None for s in self.sources]}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict`. A state without the pending rounds (``delayed``, older
-        files) drops them, as before.
+        files) drops them, as before; one without ``feedback`` was round feedback.
 
         Raises:
-            ValueError: not a hedge state, other sources or other fixed drafting seconds."""
+            ValueError: not a hedge state, other sources, another feedback or loss, other
+                fixed drafting seconds."""
         if not isinstance(state, dict) or state.get("kind") != "hedge":
             raise ValueError("not a HedgeDrafter state (expected {'kind': 'hedge', ...})")
         if list(state["sources"]) != self.names:
             raise ValueError(f"saved hedge state has sources {state['sources']}, this drafter {self.names}")
+        if state.get("feedback", "round") != self.feedback:
+            raise ValueError(f"saved hedge state has {state.get('feedback', 'round')!r} feedback, this drafter "
+                             f"{self.feedback!r}")
         if state.get("loss", "rate") != self.loss:
             raise ValueError(f"saved hedge state scores sources with the {state.get('loss', 'rate')!r} loss, "
                              f"this drafter with {self.loss!r}")
@@ -293,7 +548,19 @@ class HedgeDrafter(BaseDrafter):
             raise ValueError(f"saved hedge state prices drafting at {state['draft_seconds']} s per proposal, "
                              f"this drafter at {self.draft_seconds}")
         self.hedge.load_state_dict(state["hedge"])
-        if state.get("delayed") is not None:
+        if (state.get("per", "round"), float(state.get("explore", 1.0))) != (self.per, self.explore):
+            raise ValueError(f"saved hedge state chooses per {state.get('per', 'round')!r} exploring "
+                             f"{state.get('explore', 1.0)}, this drafter per {self.per!r} exploring {self.explore}")
+        if self.shadow is not None:
+            self.shadow.load_state_dict(state["shadow"])
+            self._prompt = None if state.get("prompt") is None else [int(t) for t in state["prompt"]]
+            self._props, self._rows, self._template = [None] * len(self.sources), {}, None
+            set_rng_state(self._explore_rng, state["explore_rng"])
+            req = state.get("request")
+            self._request = None if req is None else (int(req[0]), int(req[1]), bool(req[2]))
+            self._seconds0 = None if state.get("seconds0") is None else np.array(state["seconds0"], dtype=np.float64)
+            self.requests, self.explored_requests = (int(x) for x in state["requests"])
+        elif state.get("delayed") is not None:
             self.delayed.load_state_dict(state["delayed"])
         else:
             self.hedge._played.clear()
@@ -304,7 +571,8 @@ class HedgeDrafter(BaseDrafter):
                 src.load_state_dict(sub)
 
 
-_OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_loss": "loss", "hedge_horizon": "horizon",
+_OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_feedback": "feedback", "hedge_per": "per",
+            "hedge_explore": "explore", "hedge_loss": "loss", "hedge_horizon": "horizon",
             "hedge_draft_seconds": "draft_seconds", "hedge_max_delay": "max_delay",
             "hedge_max_nodes": "max_nodes", "hedge_seed": "seed"}
 
