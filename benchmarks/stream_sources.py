@@ -12,7 +12,9 @@ SmolLM2-135M float32 greedy, 128 new tokens). Three parts, one run:
    learns from the verifier), ``datastore`` (REST-style index of the warm-up corpus +
    context), ``suffix`` (SuffixDecoding tree; ``suffix-chain`` its chain), ``eagle3`` (the
    shipped EAGLE-3 head, a chain) -- and Hedge over the model-free sources
-   (``hedge-choose``, ``hedge-merge``; ``hedge-sources`` = the stream method
+   (``hedge-choose``, ``hedge-merge``: shadow feedback, one AdaHedge choice per request;
+   ``hedge-choose-round`` / ``hedge-merge-round``: every source scored on the played
+   rounds, the earlier design, for the comparison; ``hedge-sources`` = the stream method
    ``hedge:suffix@160us,ngram@70us``). EAGLE-3 cannot be a Hedge source (the hedge drafter
    refuses heads: a round they did not draft would corrupt their own cache). Rows: tau
    (``mean_accepted_length``, bonus included), verified nodes per round, priced tokens/s
@@ -65,6 +67,9 @@ HEDGES = ("hedge-choose", "hedge-merge", "hedge-sources")
 #: the same Hedges scored with the mean per-round rate loss (``loss="rate"``), beside the
 #: default throughput (Dinkelbach ratio) loss, for the comparison; not in the default rows
 RATE_HEDGES = ("hedge-choose-rate", "hedge-merge-rate")
+#: the same Hedges scored on the played rounds (``feedback="round"``, with the ratio loss)
+#: instead of each source's own run (the default rows' shadow feedback): the comparison
+ROUND_HEDGES = ("hedge-choose-round", "hedge-merge-round")
 #: the model-free sources Hedge mixes (the plain-name rows above, same plans)
 HEDGE_SOURCES = ("suffix", "ngram", "ngram-learned", "datastore")
 #: rows whose rounds do not depend on the cost table (no cost rule, no Hedge loss): replayed once
@@ -135,15 +140,18 @@ def build_method(name: str, target, dtype: str, args, index):
         model_dtype = str(next(target.model.parameters()).dtype).removeprefix("torch.")   # the head runs as the target
         head = make_drafter("eagle3", target, train_if_missing=False, progress=False, dtype=model_dtype)
         return head, FixedDraftPolicy(args.eagle3_k)
-    if name in ("hedge-choose", "hedge-merge") + RATE_HEDGES:
+    if name in ("hedge-choose", "hedge-merge") + RATE_HEDGES + ROUND_HEDGES:
         parts = {n: build_method(n, target, dtype, args, index)[0] for n in HEDGE_SOURCES}
         parts["ngram-learned"] = ChainPlanSource(parts["ngram-learned"], budget)
+        shadow = name in ("hedge-choose", "hedge-merge")
         drafter = HedgeDrafter(list(parts.values()), list(parts), verify_cost=cost, mode=name.split("-")[1],
-                               loss="rate" if name.endswith("-rate") else "ratio", max_nodes=budget, seed=0)
+                               feedback="shadow" if shadow else "round",
+                               loss=None if shadow else "rate" if name.endswith("-rate") else "ratio",
+                               max_nodes=budget, seed=0)
         return drafter, tree
     if name == "hedge-sources":
         return make_drafter(HEDGE_SOURCES_DRAFTER, target, dtype=dtype), tree
-    raise ValueError(f"unknown method {name!r}; known: {', '.join(SOURCES + HEDGES + RATE_HEDGES)}")
+    raise ValueError(f"unknown method {name!r}; known: {', '.join(SOURCES + HEDGES + RATE_HEDGES + ROUND_HEDGES)}")
 
 
 def _length_models(drafter) -> list:
@@ -464,7 +472,7 @@ def _replay_targets(replay: dict, hedge: dict, arctic: dict, table: str) -> dict
         domains = list(replay[best]["per_domain"])
         by_domain = {d: max(alone, key=lambda m: replay[m]["per_domain"][d].get(metric, -1.0)) for d in domains}
         changes = len(set(by_domain.values())) > 1
-        for name in ("hedge-choose", "hedge-merge") + RATE_HEDGES:
+        for name in ("hedge-choose", "hedge-merge") + RATE_HEDGES + ROUND_HEDGES:
             if name not in replay:
                 continue
             ratio = replay[name][metric] / alone[best]
@@ -511,7 +519,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.methods, args.wall_methods, args.dtypes = _split(args.methods), _split(args.wall_methods), _split(args.dtypes)
     args.lookup_tokens = [int(x) for x in _split(args.lookup_tokens)]
     args.replay_tables = _split(args.replay_tables)
-    known = set(SOURCES + HEDGES + RATE_HEDGES)
+    known = set(SOURCES + HEDGES + RATE_HEDGES + ROUND_HEDGES)
     bad = [m for m in args.methods + args.wall_methods if m not in known]
     if bad or (args.threads is not None and args.threads < 1) or min(args.budget, args.eagle3_k, args.chunk, args.max_new_tokens) < 1 or args.wall_prompts < 0 \
             or not args.replay_tables or any(d not in ("float32", "bfloat16") for d in args.dtypes + args.replay_tables) \
