@@ -164,5 +164,5 @@ def _part_section(res: PartResult, out: Path) -> list[str]:
     data_files = [os.path.relpath(p, out) for p in fig.get("data_paths", [])]
     if data_files:
         lines += ["", "Data: " + ", ".join(f"`{p}`" for p in data_files)]
-    lines += [f"", f"({res.seconds:.0f} s{', reused' if res.reused else ''})", ""]
+    lines += ["", f"({res.seconds:.0f} s{', reused' if res.reused else ''})", ""]
     return lines

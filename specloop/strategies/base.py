@@ -14,7 +14,7 @@ Strategies never see models or the simulator: they see `PlanState`, `DraftStep`,
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
