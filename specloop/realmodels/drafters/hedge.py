@@ -499,7 +499,9 @@ class HedgeDrafter(BaseDrafter):
         """Per-stream report: weights, cumulative losses, choices, regret
         (`HedgeOverSources.regret`); ``source_tokens_per_s``: each source's standalone
         throughput (shadow: drafting + verify seconds of its own run; round, ratio loss:
-        on the played rounds)."""
+        on the played rounds). Per request the losses are seconds (explored requests'
+        shadow seconds over ``explore``), so ``regret`` and its ``bound`` (2 Delta) are
+        in seconds; per round they are in the normalised [0, 1] units."""
         if self.shadow is not None:
             rates = self.shadow.rates.tolist()
         else:
