@@ -418,14 +418,15 @@ def _wall_rows(stats: dict, prompts: int) -> dict:
 
 
 # -- learning curve and targets ---------------------------------------------------------------
-def learning_curve(replay: dict, arctic: dict, chunk: int) -> list[dict]:
-    """tau per ``chunk`` requests served: suffix vs the context n-gram (and Arctic's tree)."""
+def learning_curve(replay: dict, arctic: dict, chunk: int, requests: int) -> list[dict]:
+    """tau per ``chunk`` requests served: suffix vs the context n-gram (and Arctic's tree);
+    ``requests`` (the stream's length) caps the last point's count."""
     if "suffix" not in replay or "ngram" not in replay:
         return []
     out = []
     arctic_tree = arctic.get("tree", {}).get("per_chunk_tau", [])
     for k, (ours, ctx) in enumerate(zip(replay["suffix"]["per_chunk_tau"], replay["ngram"]["per_chunk_tau"])):
-        out.append({"requests_served": (k + 1) * chunk, "suffix_tau": ours, "ngram_tau": ctx,
+        out.append({"requests_served": min((k + 1) * chunk, requests), "suffix_tau": ours, "ngram_tau": ctx,
                     "suffix_gain_over_ngram": ours / ctx,
                     "arctic_tree_tau": arctic_tree[k] if k < len(arctic_tree) else None})
     return out
@@ -608,7 +609,7 @@ def main(argv=None) -> int:
                 "equal": bool(abs(rows[m]["mean_accepted_length"] - tables[m]["tau_on_wall_prompts"]) < 1e-9)}
             for m in rows if m in tables}
     result = {"meta": meta, "checks": checks, "replay": replay, "hedge": hedge, "arctic": arctic,
-              "learning_curve": {t: learning_curve(r, arctic, args.chunk) for t, r in replay.items()},
+              "learning_curve": {t: learning_curve(r, arctic, args.chunk, len(items)) for t, r in replay.items()},
               "wall_clock": walls,
               "targets": compute_targets(replay, hedge, arctic, walls)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
