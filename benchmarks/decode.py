@@ -35,6 +35,10 @@ chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target`
                            of the same run); ``specloop-hybrid-tree`` = prompt
                            lookup, else the EAGLE-3 head
 
+``--compile PATTERNS`` adds ``NAME-compiled`` twins of the matching specloop rows, whose
+target verification forward runs through ``torch.compile`` (inductor; compiled untimed
+before their first prompt, ``compile_s``; the prefill stays eager).
+
 for each dtype (float32, bfloat16): tokens/s (new tokens / seconds, prefill
 included, as HF's generate includes it), mean accepted length (tau, bonus included),
 speedup vs plain greedy in the same precision (``speedup``) and vs the faster of
@@ -104,14 +108,21 @@ def _hf_runner(model, eos, setup=None, **gen_kwargs):
     return run
 
 
-def _spec_runner(verify_widths, target, drafter, policy):
+def _spec_runner(verify_widths, target, drafter, policy, compile_target: bool = False):
     """``run(ids, max_new) -> (new_ids, seconds, tau)`` over `SpeculativeDecoder`
     (with verification-width padding ``verify_widths``: None or a {size: width}
-    map); ``run.draft_seconds`` / ``run.draft_steps`` accumulate over calls."""
+    map); ``run.draft_seconds`` / ``run.draft_steps`` accumulate over calls.
+    ``compile_target``: the compiled verification forward, compiled by the decoder's
+    ``warm_up`` on the first call, untimed (``run.compile_s``); ``run.compiled_twin()``
+    makes that runner from an uncompiled one, with a copy of its drafter."""
+    import copy
     from specloop.realmodels.decoder import SpeculativeDecoder
-    decoder = SpeculativeDecoder(target, drafter, policy=policy, verify_widths=verify_widths)
+    decoder = SpeculativeDecoder(target, drafter, policy=policy, verify_widths=verify_widths,
+                                 compile_target=compile_target)
 
     def run(ids: list[int], max_new: int) -> tuple[list[int], float, float]:
+        if compile_target and run.compile_s is None:
+            run.compile_s = decoder.warm_up(ids)
         t0 = time.perf_counter()
         result = decoder.generate(ids, max_new)
         seconds = time.perf_counter() - t0
@@ -119,7 +130,9 @@ def _spec_runner(verify_widths, target, drafter, policy):
         run.draft_seconds += sum(r.draft_time for r in result.trace)
         run.draft_steps += sum(r.tree_depth for r in result.trace)
         return list(result.new_tokens), seconds, tau
-    run.draft_seconds, run.draft_steps = 0.0, 0
+    run.draft_seconds, run.draft_steps, run.compile_s = 0.0, 0, None
+    run.compiled_twin = lambda: _spec_runner(verify_widths, target, copy.deepcopy(drafter), copy.deepcopy(policy),
+                                             compile_target=True)
     return run
 
 
@@ -237,6 +250,15 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
     args.widths_used[dtype] = {str(n): w for n, w in (args.current_widths or {}).items()}
     args.current_cost = _verify_cost(target, args)      # also read by specloop-ngram-learned
     methods = _methods(target, args)
+    if args.compile:                    # compiled twins of the selected specloop rows
+        from fnmatch import fnmatchcase
+        unknown = [pat for pat in args.compile if not any(fnmatchcase(n, pat) for n in methods if n.startswith("specloop-"))]
+        if unknown:
+            raise ValueError(f"--compile names no specloop method: {unknown}; known: "
+                             f"{sorted(n for n in methods if n.startswith('specloop-'))}")
+        twins = select_methods({n: r for n, r in methods.items() if n.startswith("specloop-")}, args.compile)
+        methods.update({f"{name}-compiled": run.compiled_twin() for name, run in twins.items()
+                        if name != "hf-greedy"})
     for name, run in methods.items():  # warm-up, dropped
         run(prompts[0][2], min(8, args.max_new_tokens))
     per_repeat = {name: [] for name in methods}
@@ -269,6 +291,8 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
                      "tokens_per_s_per_prompt": per_prompt[name],
                      "mean_accepted_length": statistics.median(tau[name]),
                      "new_tokens": tokens[name]}
+        if getattr(methods[name], "compile_s", None) is not None:
+            out[name]["compile_s"] = methods[name].compile_s
         steps = getattr(methods[name], "draft_steps", 0)
         if steps and name.startswith("specloop-") and not name.startswith("specloop-greedy"):
             step_s = methods[name].draft_seconds / steps
@@ -368,6 +392,10 @@ def main(argv=None) -> int:
     parser.add_argument("--head-tree", default="topk=4,depth=5,v=16", help="EAGLE-2 tree of the trained-draft rows")
     parser.add_argument("--only", default="", help="comma list of method names or shell patterns (specloop-*-tree) to run; "
                              "hf-greedy always runs")
+    parser.add_argument("--compile", default="",
+                        help="comma list of specloop method names or shell patterns to run a second time with "
+                             "the target's verification forward compiled (rows NAME-compiled; compiled untimed "
+                             "before the first prompt, seconds in compile_s)")
     parser.add_argument("--verify-widths", choices=["none", "auto"], default="none",
                         help="auto: pad specloop verify blocks to the width this device runs "
                              "fastest (specloop.realmodels.padding, calibrated once per dtype)")
@@ -386,6 +414,7 @@ def main(argv=None) -> int:
         parser.error(str(exc))
     args.head_k = [int(x) for x in str(args.head_k).split(",") if x]
     args.only = [x for x in str(args.only).split(",") if x]
+    args.compile = [x for x in str(args.compile).split(",") if x]
     import torch
     import transformers
     from specloop.realmodels.loading import load_model

@@ -34,6 +34,9 @@ def register(subparsers) -> None:
     parser.add_argument("--verify-widths", choices=["none", "auto"], default="none",
                         help="auto: pad verify blocks to the width this device runs fastest "
                              "(calibrated once; the output is unchanged)")
+    parser.add_argument("--compile", action="store_true",
+                        help="torch.compile (inductor) the target's verification forward; compiled before "
+                             "timing (minutes on a CPU), the output is unchanged")
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
@@ -119,8 +122,10 @@ def run(args) -> int:
     ids = encode_prompt(target.tokenizer, args.prompt, args.raw)
     drafter = make_drafter(args.draft, target, dtype=args.dtype, device=args.device)
     decoder = SpeculativeDecoder(target, drafter, policy=policy, sampling=sampling, seed=args.seed,
-                                 verify_widths=None if args.verify_widths == "none" else "auto")
+                                 verify_widths=None if args.verify_widths == "none" else "auto",
+                                 compile_target=args.compile)
     widths = decoder.calibrate()                       # before any timing
+    compile_s = decoder.warm_up(ids)                   # likewise (0 without --compile)
     stream = _Streamer(target.tokenizer, enabled=not args.json)
     t0 = time.perf_counter()
     result = decoder.generate(ids, args.max_new_tokens, on_tokens=stream)
@@ -137,6 +142,7 @@ def run(args) -> int:
         "rounds": len(result.trace), "stop_reason": result.stop_reason,
         "target": args.target, "draft": args.draft, "tree": args.tree, "dtype": args.dtype,
         "verify_widths": {str(n): w for n, w in widths.items()},
+        "compiled": bool(args.compile), "compile_s": compile_s,
     }
     status = 0
     if not args.no_baseline or args.check_greedy:

@@ -46,10 +46,11 @@ def keep_positions(cache, keep: torch.Tensor) -> None:
     if int(keep[-1]) == m - 1:
         crop(cache, m)
         return
-    for layer in cache.layers:
-        idx = keep.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, idx)
-        layer.values = layer.values.index_select(-2, idx)
+    with torch.inference_mode():      # like the forwards that made them (a compiled forward guards on it)
+        for layer in cache.layers:
+            idx = keep.to(layer.keys.device)
+            layer.keys = layer.keys.index_select(-2, idx)
+            layer.values = layer.values.index_select(-2, idx)
 
 
 def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -58,8 +59,9 @@ def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 
 def _cache_kwarg(model) -> str:
-    """transformers >= 5.2x names the cache argument ``cache``; older ``past_key_values``."""
-    return _cache_kwarg_of(type(model))
+    """transformers >= 5.2x names the cache argument ``cache``; older ``past_key_values``
+    (a ``torch.compile``d model is looked through to the module it wraps)."""
+    return _cache_kwarg_of(type(getattr(model, "_orig_mod", model)))
 
 
 @functools.lru_cache(maxsize=None)

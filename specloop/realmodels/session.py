@@ -346,6 +346,8 @@ class DecodeSession:
         keep = torch.cat([torch.arange(passed.cache_length + 1),
                           passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
         keep_positions(self.cache, keep)
+        if getattr(self.decoder, "compiled", False):
+            _compact(self.cache)
 
     def _acceptance_probs(self, passed: TargetPass, p_target, accepted: list[int]) -> tuple:
         """The record's per-position Acc_j (`_position_acceptance`)."""
@@ -384,6 +386,18 @@ class DecodeSession:
     def result(self):
         """The `GenerationResult` of the prompt so far."""
         return GenerationResult(self.ids, list(self.new_tokens), self.trace, self.stop_reason, self.prefill_time)
+
+
+def _compact(cache) -> None:
+    """Cache tensors with the strides of a fresh tensor of their shape (a crop leaves views
+    with the longer cache's strides, on which a compiled forward recompiles; the check is
+    on the strides themselves, since ``is_contiguous`` ignores those of size-1 dims)."""
+    def dense(x: torch.Tensor) -> torch.Tensor:
+        return x if x.stride() == torch.empty(x.shape, device="meta").stride() else \
+            torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+    with torch.inference_mode():
+        for layer in cache.layers:
+            layer.keys, layer.values = dense(layer.keys), dense(layer.values)
 
 
 def _has_hooks(policy) -> bool:
