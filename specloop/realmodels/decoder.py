@@ -211,8 +211,7 @@ class SpeculativeDecoder:
         """
         if not self.compiled:
             return 0.0
-        from specloop.realmodels.kvcache import cache_length, causal_forward, crop, new_cache
-        from specloop.realmodels.session import _compact
+        from specloop.realmodels.kvcache import cache_length, causal_forward, compact, crop, new_cache
         from specloop.realmodels.tree import verify_block_inputs
         ids = validate_prompt(prompt_ids, self.vocab_size, self.context_window)
         t0 = time.perf_counter()
@@ -226,7 +225,7 @@ class SpeculativeDecoder:
                 block = ids[-1:].repeat(width).to(self.device)
                 self._forward(cache, block, mask, positions)
                 crop(cache, length)
-                _compact(cache)
+                compact(cache)
             if step < cache_steps:
                 causal_forward(self.model, cache, ids[-1:])
         return time.perf_counter() - t0

@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-__all__ = ["cache_length", "crop", "keep_positions", "cache_tensors", "new_cache"]
+__all__ = ["cache_length", "crop", "keep_positions", "compact", "cache_tensors", "new_cache"]
 
 
 def new_cache():
@@ -51,6 +51,18 @@ def keep_positions(cache, keep: torch.Tensor) -> None:
             idx = keep.to(layer.keys.device)
             layer.keys = layer.keys.index_select(-2, idx)
             layer.values = layer.values.index_select(-2, idx)
+
+
+def compact(cache) -> None:
+    """Cache tensors with the strides of a fresh tensor of their shape (a crop leaves views
+    with the longer cache's strides, on which a compiled forward recompiles; the check is
+    on the strides themselves, since ``is_contiguous`` ignores those of size-1 dims)."""
+    def dense(x: torch.Tensor) -> torch.Tensor:
+        return x if x.stride() == torch.empty(x.shape, device="meta").stride() else \
+            torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
+    with torch.inference_mode():
+        for layer in cache.layers:
+            layer.keys, layer.values = dense(layer.keys), dense(layer.values)
 
 
 def cache_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:

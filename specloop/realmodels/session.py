@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
-from specloop.realmodels.kvcache import cache_length, causal_forward, keep_positions, new_cache
+from specloop.realmodels.kvcache import cache_length, causal_forward, compact, keep_positions, new_cache
 from specloop.realmodels.padding import pad_block
 from specloop.realmodels.sampling import check_finite, processed_probs
 from specloop.realmodels.tree import node_depths, verify_block_inputs
@@ -347,7 +347,7 @@ class DecodeSession:
                           passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
         keep_positions(self.cache, keep)
         if getattr(self.decoder, "compiled", False):
-            _compact(self.cache)
+            compact(self.cache)
 
     def _acceptance_probs(self, passed: TargetPass, p_target, accepted: list[int]) -> tuple:
         """The record's per-position Acc_j (`_position_acceptance`)."""
@@ -386,18 +386,6 @@ class DecodeSession:
     def result(self):
         """The `GenerationResult` of the prompt so far."""
         return GenerationResult(self.ids, list(self.new_tokens), self.trace, self.stop_reason, self.prefill_time)
-
-
-def _compact(cache) -> None:
-    """Cache tensors with the strides of a fresh tensor of their shape (a crop leaves views
-    with the longer cache's strides, on which a compiled forward recompiles; the check is
-    on the strides themselves, since ``is_contiguous`` ignores those of size-1 dims)."""
-    def dense(x: torch.Tensor) -> torch.Tensor:
-        return x if x.stride() == torch.empty(x.shape, device="meta").stride() else \
-            torch.empty(x.shape, dtype=x.dtype, device=x.device).copy_(x)
-    with torch.inference_mode():
-        for layer in cache.layers:
-            layer.keys, layer.values = dense(layer.keys), dense(layer.values)
 
 
 def _has_hooks(policy) -> bool:
