@@ -220,12 +220,13 @@ def _methods(target, args) -> dict:
     return select_methods(methods, args.only, strict=not args.quick_selection)
 
 
-def select_methods(methods: dict, only: list[str], strict: bool = True) -> dict:
+def select_methods(methods: dict, only: list[str], strict: bool = True, option: str = "--only") -> dict:
     """The ``methods`` whose names match a pattern of ``only`` (shell patterns; all of
     them when ``only`` is empty), plus ``hf-greedy`` (every speedup's baseline).
 
     Raises:
-        ValueError: ``strict`` and a pattern that matches no method (``--quick``'s own
+        ValueError: ``strict`` and a pattern that matches no method (named as the
+            command-line ``option`` it came from; ``--quick``'s own
             list is not strict: a trained head that is not shipped is skipped).
     """
     if not only:
@@ -233,7 +234,7 @@ def select_methods(methods: dict, only: list[str], strict: bool = True) -> dict:
     from fnmatch import fnmatchcase
     missing = [pat for pat in only if not any(fnmatchcase(name, pat) for name in methods)]
     if missing and strict:
-        raise ValueError(f"--only names unknown methods {missing}; known: {sorted(methods)}")
+        raise ValueError(f"{option} names unknown methods {missing}; known: {sorted(methods)}")
     return {name: run for name, run in methods.items()
             if name == "hf-greedy" or any(fnmatchcase(name, pat) for pat in only)}
 
@@ -251,14 +252,9 @@ def _bench_dtype(dtype: str, prompts, args) -> dict:
     args.current_cost = _verify_cost(target, args)      # also read by specloop-ngram-learned
     methods = _methods(target, args)
     if args.compile:                    # compiled twins of the selected specloop rows
-        from fnmatch import fnmatchcase
-        unknown = [pat for pat in args.compile if not any(fnmatchcase(n, pat) for n in methods if n.startswith("specloop-"))]
-        if unknown:
-            raise ValueError(f"--compile names no specloop method: {unknown}; known: "
-                             f"{sorted(n for n in methods if n.startswith('specloop-'))}")
-        twins = select_methods({n: r for n, r in methods.items() if n.startswith("specloop-")}, args.compile)
-        methods.update({f"{name}-compiled": run.compiled_twin() for name, run in twins.items()
-                        if name != "hf-greedy"})
+        ours = {n: r for n, r in methods.items() if n.startswith("specloop-")}
+        twins = select_methods(ours, args.compile, option="--compile")
+        methods.update({f"{name}-compiled": run.compiled_twin() for name, run in twins.items()})
     for name, run in methods.items():  # warm-up, dropped
         run(prompts[0][2], min(8, args.max_new_tokens))
     per_repeat = {name: [] for name in methods}
