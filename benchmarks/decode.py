@@ -325,18 +325,39 @@ def _verify_cost(target, args) -> dict:
             "seconds_min": [min(samples[n]) for n in ns], "seconds_max": [max(samples[n]) for n in ns]}
 
 
+def _paired_ratio(row: dict, reference: dict) -> dict | None:
+    """Geometric mean over (repeat, prompt) pairs of ``row``'s tokens/s over
+    ``reference``'s on the same prompt and repeat, with its 95 % Student-t interval
+    on the mean log ratio (`specloop.report.verdicts.ratio_estimate`); None when the
+    per-prompt rates are missing or of different shapes."""
+    from specloop.report.verdicts import ratio_estimate
+    mine, theirs = row.get("tokens_per_s_per_prompt"), reference.get("tokens_per_s_per_prompt")
+    if not mine or not theirs or [len(r) for r in mine] != [len(r) for r in theirs]:
+        return None
+    pairs = [a / b for ra, rb in zip(mine, theirs) for a, b in zip(ra, rb)]
+    est = ratio_estimate(pairs, "per-prompt tokens/s ratio, paired by prompt and repeat")
+    return {"ratio": est.effect, "ci": list(est.interval), "pairs": est.n}
+
+
 def _ratios(results: dict) -> None:
+    """Adds to every row ``speedup`` (tokens/s over HF greedy's, same dtype),
+    ``speedup_vs_best_plain``, ``vs_hf_prompt_lookup`` (over the best HF prompt-lookup
+    row) and, from the per-prompt rates, ``speedup_paired`` / ``vs_hf_prompt_lookup_paired``
+    (`_paired_ratio`: geometric mean of per-prompt ratios with a 95 % interval)."""
     best_plain = max(results[d]["hf-greedy"]["tokens_per_s"] for d in results)
     for dtype, table in results.items():
         base = table["hf-greedy"]["tokens_per_s"]
-        lookups = [v["tokens_per_s"] for k, v in table.items() if k.startswith("hf-prompt-lookup")]
-        best_lookup = max(lookups) if lookups else float("nan")
+        lookups = {k: v for k, v in table.items() if k.startswith("hf-prompt-lookup")}
+        best_name = max(lookups, key=lambda k: lookups[k]["tokens_per_s"]) if lookups else None
+        best_lookup = lookups[best_name]["tokens_per_s"] if best_name else float("nan")
         for name, row in table.items():
             if name == "verify_cost":
                 continue
             row["speedup"] = row["tokens_per_s"] / base
             row["speedup_vs_best_plain"] = row["tokens_per_s"] / best_plain
             row["vs_hf_prompt_lookup"] = row["tokens_per_s"] / best_lookup
+            row["speedup_paired"] = _paired_ratio(row, table["hf-greedy"])
+            row["vs_hf_prompt_lookup_paired"] = None if best_name is None else _paired_ratio(row, lookups[best_name])
 
 
 def apply_quick(args: argparse.Namespace) -> argparse.Namespace:

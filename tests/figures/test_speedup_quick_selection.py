@@ -57,3 +57,37 @@ def test_head_spec_names_a_trained_folder():
     for bad in ("warm=eagle3", "=eagle3@/d", "warm=@/d"):
         with pytest.raises(ValueError, match="LABEL=KIND@FOLDER"):
             head_spec(bad)
+
+
+def test_ratios_carry_paired_intervals():
+    """`_ratios`: the paired ratio is the geometric mean of per-prompt ratios (not the
+    ratio of pooled rates), its interval contains it, and a method that is exactly
+    twice as fast on every prompt gets 2 with a zero-width interval."""
+    import math
+
+    from benchmarks.decode import _ratios
+    greedy = [[10.0, 20.0, 40.0]]
+    table = {"hf-greedy": {"tokens_per_s": 20.0, "tokens_per_s_per_prompt": greedy},
+             "hf-prompt-lookup-3": {"tokens_per_s": 30.0, "tokens_per_s_per_prompt": [[12.0, 33.0, 44.0]]},
+             "hf-prompt-lookup-10": {"tokens_per_s": 25.0, "tokens_per_s_per_prompt": [[11.0, 25.0, 41.0]]},
+             "specloop-x": {"tokens_per_s": 40.0, "tokens_per_s_per_prompt": [[20.0, 40.0, 80.0]]},
+             "specloop-y": {"tokens_per_s": 30.0, "tokens_per_s_per_prompt": [[15.0, 20.0, 60.0]]},
+             "verify_cost": {}}
+    _ratios({"bfloat16": table})
+    x, y = table["specloop-x"], table["specloop-y"]
+    assert x["speedup"] == 2.0 and x["vs_hf_prompt_lookup"] == 40.0 / 30.0
+    assert x["speedup_paired"]["ratio"] == pytest.approx(2.0) and x["speedup_paired"]["pairs"] == 3
+    assert x["speedup_paired"]["ci"] == pytest.approx([2.0, 2.0])
+    geo = math.exp((math.log(1.5) + math.log(1.0) + math.log(1.5)) / 3)
+    lo, hi = y["speedup_paired"]["ci"]
+    assert y["speedup_paired"]["ratio"] == pytest.approx(geo) and lo < geo < hi
+    lookup = x["vs_hf_prompt_lookup_paired"]      # against the best lookup row by pooled rate (-3)
+    assert lookup["ratio"] == pytest.approx(math.exp((math.log(20 / 12) + math.log(40 / 33) + math.log(80 / 44)) / 3))
+
+
+def test_ratios_without_per_prompt_rates_give_no_interval():
+    from benchmarks.decode import _ratios
+    table = {"hf-greedy": {"tokens_per_s": 20.0}, "specloop-x": {"tokens_per_s": 30.0}}
+    _ratios({"float32": table})
+    assert table["specloop-x"]["speedup"] == 1.5 and table["specloop-x"]["speedup_paired"] is None
+    assert table["specloop-x"]["vs_hf_prompt_lookup_paired"] is None
