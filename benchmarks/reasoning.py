@@ -160,6 +160,8 @@ def main(argv=None) -> int:
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--max-step-tokens", type=int, default=None)
+    parser.add_argument("--step-delimiter", choices=["blank-line", "newline"], default=None,
+                        help="step boundary for every task (default: each task's rule)")
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--token-spec", action="store_true")
     parser.add_argument("--judge-kind", choices=["model", "exact", "hidden"], default="model")
@@ -174,7 +176,8 @@ def main(argv=None) -> int:
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     items = build_stream(args.tasks, args.prompts)
     config = ReasonConfig(chunk=args.chunk, num_draft_steps=args.gamma, max_new_tokens=args.max_new_tokens,
-                          max_step_tokens=args.max_step_tokens, repetition_penalty=args.repetition_penalty,
+                          max_step_tokens=args.max_step_tokens, step_delimiter=args.step_delimiter,
+                          repetition_penalty=args.repetition_penalty,
                           token_spec=args.token_spec, lr=args.lr)
     start = time.perf_counter()
     target, draft = load_model(args.target), load_model(args.draft)

@@ -36,6 +36,8 @@ def register(subparsers) -> None:
     parser.add_argument("--gamma", type=int, default=3, help="draft steps per round")
     parser.add_argument("--max-new-tokens", type=int, default=256, help="thinking budget, target tokens")
     parser.add_argument("--max-step-tokens", type=int, default=None, help="token cap per step")
+    parser.add_argument("--step-delimiter", default=None, metavar="{blank-line,newline}",
+                        help="step boundary for every task (default: blank line for reasoning, newline for code)")
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--token-spec", action="store_true",
                         help="token-level n-gram speculation inside the target's steps (batch 1 per prefix)")
@@ -75,6 +77,9 @@ def _check(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.max_step_tokens is not None and args.max_step_tokens < 1:
         raise ValueError(f"--max-step-tokens must be >= 1, got {args.max_step_tokens}")
+    from specloop.realmodels.reasoning.steps import DELIMITERS
+    if args.step_delimiter is not None and args.step_delimiter not in DELIMITERS:
+        raise ValueError(f"--step-delimiter must be one of {', '.join(DELIMITERS)}, got {args.step_delimiter!r}")
     if args.lr <= 0 or args.beta <= 0:
         raise ValueError("--lr and --beta must be > 0")
 
@@ -101,7 +106,8 @@ def run(args) -> int:
     methods = resolve_methods(args.method)
     items = build_stream(args.tasks, args.prompts, args.seed)
     config = ReasonConfig(chunk=args.chunk, num_draft_steps=args.gamma, max_new_tokens=args.max_new_tokens,
-                          max_step_tokens=args.max_step_tokens, repetition_penalty=args.repetition_penalty,
+                          max_step_tokens=args.max_step_tokens, step_delimiter=args.step_delimiter,
+                          repetition_penalty=args.repetition_penalty,
                           token_spec=args.token_spec, lr=args.lr, beta=args.beta, epochs=args.epochs,
                           batch_size=args.batch_size)
     target = load_model(args.target, dtype=args.dtype)

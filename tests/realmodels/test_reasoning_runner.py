@@ -88,9 +88,29 @@ def test_summaries_speedups_and_refusals(models, tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--prompts", "0"], ["--tasks", "gsm9k"], ["--method", "lr,x"],
-                                  ["--gamma", "0"], ["--lr", "-1"]])
+                                  ["--gamma", "0"], ["--lr", "-1"], ["--step-delimiter", "tab"]])
 def test_cli_bad_input_exits_2(argv, capsys):
     from specloop.cli import main
     assert main(["reason", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("specloop: error:")
+
+
+def test_step_delimiter_is_a_setting_and_older_runs_resume(models, tmp_path):
+    """A run's state records its step delimiter: another delimiter is refused; a state
+    written before the setting existed (no key) resumes as the task rules' default."""
+    from specloop.realmodels.online import load_checkpoint, save_checkpoint
+    full = _runner(models, tmp_path / "full").run_method("lr")
+    _runner(models, tmp_path / "old").run_method("lr", stop_after=2)
+    state_path = tmp_path / "old" / "lr" / "state.pt"
+    state = load_checkpoint(state_path)
+    del state["config"]["step_delimiter"]          # as written before the setting existed
+    save_checkpoint(state_path, state)
+    resumed = _runner(models, tmp_path / "old").run_method("lr")
+    assert _comparable(tmp_path / "old" / "lr" / "records.jsonl") == _comparable(tmp_path / "full" / "lr" / "records.jsonl")
+    assert resumed["prompts"] == full["prompts"] == 4
+    newline = ReasonConfig(**{**CONFIG.__dict__, "step_delimiter": "newline"})
+    with pytest.raises(ValueError, match="other settings"):
+        _runner(models, tmp_path / "full", config=newline).run_method("lr")
+    with pytest.raises(ValueError, match="unknown step delimiter"):
+        ReasonConfig(step_delimiter="tab")

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import pytest
 
-from specloop.realmodels.reasoning.steps import CODE, REASONING, StepRule, rule_for_task, split_steps
+from specloop.realmodels.reasoning.steps import CODE, DELIMITERS, REASONING, StepRule, rule_for_task, split_steps
 
 TEXT = st.text(alphabet=st.sampled_from(list("ab \n\t.=1")), max_size=60)
 
@@ -36,3 +36,14 @@ def test_rules_on_examples():
         StepRule("", 4)
     with pytest.raises(ValueError):
         StepRule("\n", 0)
+
+
+def test_named_delimiters_override_the_task_rule():
+    newline = rule_for_task("arith", delimiter="newline")
+    assert newline.delimiter == "\n" and newline.max_step_tokens == REASONING.max_step_tokens
+    assert split_steps("1. add 3\n2. times 2\n", newline) == ["1. add 3\n", "2. times 2\n"]
+    blank = rule_for_task("humaneval", 7, delimiter="blank-line")
+    assert (blank.delimiter, blank.max_step_tokens) == ("\n\n", 7)
+    assert rule_for_task("arith", delimiter=None) == REASONING and set(DELIMITERS) == {"blank-line", "newline"}
+    with pytest.raises(ValueError, match="unknown step delimiter"):
+        rule_for_task("arith", delimiter="tab")

@@ -62,6 +62,10 @@ def resolve_methods(text: str) -> list[str]:
     return names
 
 
+#: ReasonConfig fields added after runs were written, with the value those runs used
+_LATER_DEFAULTS = {"step_delimiter": None}
+
+
 @dataclass(frozen=True)
 class ReasonConfig:
     """Settings of one run (all methods).
@@ -71,6 +75,8 @@ class ReasonConfig:
         num_draft_steps: gamma.
         max_new_tokens: thinking budget per prompt, target tokens.
         max_step_tokens: token cap per step (None: the task rule's).
+        step_delimiter: step boundary for every task, a name of `steps.DELIMITERS`
+            ("blank-line", "newline"); None: each task's rule (`steps.rule_for_task`).
         repetition_penalty: greedy repetition penalty (1.2 in App. B.10).
         token_spec: n-gram token-level speculation inside the target's steps.
         lr, beta, epochs, batch_size, clip: `DraftUpdater` settings.
@@ -80,6 +86,7 @@ class ReasonConfig:
     num_draft_steps: int = 3
     max_new_tokens: int = 256
     max_step_tokens: int | None = None
+    step_delimiter: str | None = None
     repetition_penalty: float = 1.0
     token_spec: bool = False
     lr: float = 5e-7
@@ -94,7 +101,7 @@ class ReasonConfig:
         self.lookahead("arith")     # validates the LR settings
 
     def lookahead(self, task: str) -> LookaheadConfig:
-        return LookaheadConfig(self.num_draft_steps, self.max_new_tokens, rule_for_task(task, self.max_step_tokens),
+        return LookaheadConfig(self.num_draft_steps, self.max_new_tokens, rule_for_task(task, self.max_step_tokens, self.step_delimiter),
                                self.repetition_penalty, self.token_spec)
 
 
@@ -139,6 +146,8 @@ class ReasonRunner:
         if not path.is_file():
             return fresh
         state = load_checkpoint(path)
+        if isinstance(state.get("config"), dict):     # settings added later take their defaults
+            state["config"] = {**_LATER_DEFAULTS, **state["config"]}
         if any(state.get(k) != fresh[k] for k in ("method", "config", "stream_hash", "judge")):
             raise ValueError(f"{path} was written with other settings or another task stream; "
                              "use another --out folder or delete it")

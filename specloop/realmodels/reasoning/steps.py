@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["StepRule", "REASONING", "CODE", "split_steps", "rule_for_task"]
+__all__ = ["StepRule", "REASONING", "CODE", "DELIMITERS", "split_steps", "rule_for_task"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,9 @@ class StepRule:
 REASONING = StepRule("\n\n", 64, "reasoning")
 #: one line per step for code
 CODE = StepRule("\n", 48, "code")
+#: named step boundaries (``specloop reason --step-delimiter``): a draft that writes no
+#: blank lines (SmolLM2-135M) needs "newline" for its reasoning steps to be single steps
+DELIMITERS = {"blank-line": "\n\n", "newline": "\n"}
 
 
 def _content_start(text: str, delimiter: str) -> int:
@@ -90,14 +93,24 @@ def split_steps(text: str, rule: StepRule = REASONING) -> list[str]:
     return steps
 
 
-def rule_for_task(task: str, max_step_tokens: int | None = None) -> StepRule:
-    """The default rule of a task: `CODE` for "humaneval", `REASONING` otherwise
-    (optionally with another token cap).
+def rule_for_task(task: str, max_step_tokens: int | None = None, delimiter: str | None = None) -> StepRule:
+    """The rule of a task: `CODE` for "humaneval", `REASONING` otherwise, optionally
+    with another token cap and another boundary.
+
+    Args:
+        task: task name.
+        max_step_tokens: token cap per step (None: the task rule's).
+        delimiter: a name of `DELIMITERS` ("blank-line", "newline"), or None for the
+            task rule's own boundary.
 
     Raises:
-        ValueError: max_step_tokens < 1.
+        ValueError: max_step_tokens < 1, or an unknown delimiter name.
     """
     base = CODE if task == "humaneval" else REASONING
-    if max_step_tokens is None:
+    if delimiter is not None and delimiter not in DELIMITERS:
+        raise ValueError(f"unknown step delimiter {delimiter!r}; choose from {', '.join(DELIMITERS)}")
+    if max_step_tokens is None and delimiter is None:
         return base
-    return StepRule(base.delimiter, int(max_step_tokens), base.name)
+    return StepRule(base.delimiter if delimiter is None else DELIMITERS[delimiter],
+                    base.max_step_tokens if max_step_tokens is None else int(max_step_tokens),
+                    base.name if delimiter is None else f"{base.name}/{delimiter}")
