@@ -136,7 +136,7 @@ class DraftUpdater:
                     for pair in batch:
                         loss = self.pair_loss(pair) / len(batch)
                         loss.backward()
-                        total += float(loss) * len(batch)
+                        total += float(loss.detach()) * len(batch)
                     torch.nn.utils.clip_grad_norm_(self.params, self.clip)
                     self.optimizer.step()
                     steps += 1
