@@ -39,7 +39,7 @@ from specloop.realmodels.reasoning.judge import (ExactMatchJudge, HiddenStateJud
                                                  make_judge)
 from specloop.realmodels.reasoning.runner import (METHODS, ReasonConfig, ReasonRunner, add_speedups,  # noqa: E402
                                                   read_records)
-from specloop.realmodels.reasoning.steps import StepRule  # noqa: E402
+from specloop.realmodels.reasoning.steps import DELIMITERS, StepRule  # noqa: E402
 
 
 class _Recorded:
@@ -160,7 +160,7 @@ def main(argv=None) -> int:
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--max-step-tokens", type=int, default=None)
-    parser.add_argument("--step-delimiter", choices=["blank-line", "newline"], default=None,
+    parser.add_argument("--step-delimiter", choices=list(DELIMITERS), default=None,
                         help="step boundary for every task (default: each task's rule)")
     parser.add_argument("--repetition-penalty", type=float, default=1.0)
     parser.add_argument("--token-spec", action="store_true")

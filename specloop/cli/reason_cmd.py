@@ -77,9 +77,6 @@ def _check(args) -> None:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.max_step_tokens is not None and args.max_step_tokens < 1:
         raise ValueError(f"--max-step-tokens must be >= 1, got {args.max_step_tokens}")
-    from specloop.realmodels.reasoning.steps import DELIMITERS
-    if args.step_delimiter is not None and args.step_delimiter not in DELIMITERS:
-        raise ValueError(f"--step-delimiter must be one of {', '.join(DELIMITERS)}, got {args.step_delimiter!r}")
     if args.lr <= 0 or args.beta <= 0:
         raise ValueError("--lr and --beta must be > 0")
 

@@ -101,8 +101,9 @@ class ReasonConfig:
         self.lookahead("arith")     # validates the LR settings
 
     def lookahead(self, task: str) -> LookaheadConfig:
-        return LookaheadConfig(self.num_draft_steps, self.max_new_tokens, rule_for_task(task, self.max_step_tokens, self.step_delimiter),
-                               self.repetition_penalty, self.token_spec)
+        rule = rule_for_task(task, self.max_step_tokens, self.step_delimiter)
+        return LookaheadConfig(self.num_draft_steps, self.max_new_tokens, rule, self.repetition_penalty,
+                               self.token_spec)
 
 
 class ReasonRunner:
