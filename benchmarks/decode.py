@@ -156,7 +156,7 @@ def _head_methods(target, args) -> dict:
     """Chain and EAGLE-2 tree rows for each trained draft in ``--heads`` (skipped,
     with a note on stderr, when a draft is neither saved nor shipped); a hybrid tree
     (prompt lookup, else the head) for each EAGLE-3 entry."""
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
     methods = {}
     tree = parse_tree_shape(args.head_tree)

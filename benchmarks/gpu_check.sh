@@ -30,7 +30,7 @@ timeout 170 python - "$OUT_DIR/decode.json" <<'PY'
 import json, sys, time
 import torch
 from specloop.realmodels.decoder import SpeculativeDecoder
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.loading import load_model
 from specloop.realmodels.policy import FixedDraftPolicy
 

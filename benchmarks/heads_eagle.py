@@ -21,7 +21,7 @@ import torch
 from specloop.data.prompts import load_prompts
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.ngram import NGramDrafter
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.loading import load_model
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.strategies.base import TreePlan

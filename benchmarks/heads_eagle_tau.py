@@ -19,7 +19,7 @@ import json
 import torch
 
 from specloop.data.prompts import load_prompts
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.loading import load_model
 
 

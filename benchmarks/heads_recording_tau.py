@@ -4,7 +4,7 @@ tree, per-depth acceptance and priced speed, before / after retraining (issue 20
 The stream is a `specloop stream record` recording of held-out prompts (default
 ``/work/recordings/sharegpt3x400``: 1200 held-out ShareGPT first turns, code / writing /
 chat, SmolLM2-135M float32 greedy, 128 new tokens); every ``--every``-th prompt is
-served. Each head is replayed with `specloop.realmodels.replay.ReplayDecoder`, which is
+served. Each head is replayed with `specloop.realmodels.streams.replay.ReplayDecoder`, which is
 exact for greedy decoding (`specloop stream check-replay` checks it against the real
 decoder round for round), so a row costs the head's forwards only, not the target's.
 
@@ -69,7 +69,7 @@ def plans(ks: list[int], tree: str) -> dict:
 
 def replay_rows(rec, target, drafter, policy, items, seed: int = 0) -> dict:
     """Per-round columns (`COLUMNS`) of ``items`` replayed in order with one drafter."""
-    from specloop.realmodels.replay import ReplayDecoder
+    from specloop.realmodels.streams.replay import ReplayDecoder
     cols = {k: [] for k in COLUMNS}
     for item in items:
         decoder = ReplayDecoder(rec, target, drafter, policy=policy, seed=seed + item.index)
@@ -174,10 +174,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(HERE))
     import torch
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.replay import load_verify_cost
-    from specloop.realmodels.stream_record import open_recording, recorded_items
+    from specloop.realmodels.streams.replay import load_verify_cost
+    from specloop.realmodels.recording import open_recording, recorded_items
     out = Path(args.out)
     done = json.loads(out.read_text()) if out.is_file() else {"settings": _settings(args), "heads": {}}
     if done.get("settings") != _settings(args):

@@ -9,7 +9,7 @@ to that; an online learner integrates it over hundreds of updates. This script s
 the recording's first prompts with one method twice by the real decoder -- once
 unpadded, once with every block padded to a wider width -- and compares the two runs
 round by round exactly as ``specloop stream check-replay`` compares the decoder with
-the replay (`specloop.realmodels.replay_check.compare_traces`), plus the position-keyed
+the replay (`specloop.realmodels.streams.replay_check.compare_traces`), plus the position-keyed
 match (rounds starting at the same token position of the same prompt).
 
     OMP_NUM_THREADS=1 python benchmarks/online_chaos.py --recording REC --prompts 10 \
@@ -51,9 +51,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.replay_check import compare_traces
-    from specloop.realmodels.stream import StreamConfig, StreamRunner
-    from specloop.realmodels.stream_record import open_recording, recorded_items
+    from specloop.realmodels.streams.replay_check import compare_traces
+    from specloop.realmodels.streams.runner import StreamConfig, StreamRunner
+    from specloop.realmodels.recording import open_recording, recorded_items
     from specloop.record import Trace
     recording = open_recording(args.recording)
     items = recorded_items(recording, args.prompts)

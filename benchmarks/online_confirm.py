@@ -48,13 +48,13 @@ sys.path.insert(0, str(ROOT))
 
 from specloop.realmodels.decoder import SpeculativeDecoder  # noqa: E402
 from specloop.realmodels.online import load_checkpoint  # noqa: E402
-from specloop.realmodels.online_heldout import apply_snapshot, load_snapshot  # noqa: E402
+from specloop.realmodels.streams.online_heldout import apply_snapshot, load_snapshot  # noqa: E402
 from specloop.realmodels.policy import FixedDraftPolicy  # noqa: E402
-from specloop.realmodels.replay import ReplayDecoder, load_verify_cost  # noqa: E402
-from specloop.realmodels.replay_check import compare_traces  # noqa: E402
-from specloop.realmodels.stream import online_drafter, resolve_method  # noqa: E402
-from specloop.realmodels.stream_compare import log_ratio_t_interval, paired_gain, per_prompt_counts  # noqa: E402
-from specloop.realmodels.stream_record import open_recording, recorded_items  # noqa: E402
+from specloop.realmodels.streams.replay import ReplayDecoder, load_verify_cost  # noqa: E402
+from specloop.realmodels.streams.replay_check import compare_traces  # noqa: E402
+from specloop.realmodels.streams.runner import online_drafter, resolve_method  # noqa: E402
+from specloop.realmodels.streams.compare import log_ratio_t_interval, paired_gain, per_prompt_counts  # noqa: E402
+from specloop.realmodels.recording import open_recording, recorded_items  # noqa: E402
 from specloop.record import Trace  # noqa: E402
 
 
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     run = Path(args.run)
     if not (run / "rounds.jsonl").is_file():
         ap.error(f"{run} has no rounds.jsonl (not an online method's stream folder)")
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import load_model
     recording = open_recording(args.recording)
     items = recorded_items(recording, None, args.every)

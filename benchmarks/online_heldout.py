@@ -2,7 +2,7 @@
 tau and the positions the learner had seen, and the next chunk's held-out
 cross-entropy of the frozen draft and of the online state before / after the chunk's
 updates; with ``--offline``, per domain, the frozen draft trained offline on the same
-served positions (`specloop.realmodels.online_heldout`).
+served positions (`specloop.realmodels.streams.online_heldout`).
 
 Needs a replayed stream run with ``--snapshot-chunks``, e.g.::
 
@@ -44,8 +44,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _frozen_drafter(target, method: str, drafts: str | None):
-    from specloop.realmodels.drafters.registry import make_drafter
-    from specloop.realmodels.stream import resolve_method
+    from specloop.realmodels.registry.drafters import make_drafter
+    from specloop.realmodels.streams.runner import resolve_method
     kind = resolve_method(method).drafter
     options = {} if drafts is None else {"checkpoint": str(Path(drafts) / kind)}
     return make_drafter(kind, target, train_if_missing=False, progress=False, **options)
@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     import torch
 
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.online_heldout import offline_rows, online_heldout
-    from specloop.realmodels.stream_record import open_recording
+    from specloop.realmodels.streams.online_heldout import offline_rows, online_heldout
+    from specloop.realmodels.recording import open_recording
     args = _parser().parse_args(argv)
     torch.set_num_threads(max(1, args.threads))
     t0 = time.perf_counter()

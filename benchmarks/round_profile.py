@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from specloop.data.prompts import load_prompts  # noqa: E402
 from specloop.realmodels.decoder import SpeculativeDecoder  # noqa: E402
-from specloop.realmodels.drafters.registry import make_drafter  # noqa: E402
+from specloop.realmodels.registry.drafters import make_drafter  # noqa: E402
 from specloop.realmodels.loading import load_model  # noqa: E402
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape  # noqa: E402
 from specloop.realmodels.session import PHASES  # noqa: E402

@@ -5,9 +5,9 @@ Stream: a `specloop stream record` recording (default ``/work/recordings/sharegp
 1200 held-out ShareGPT first turns in three topic domains, 400 each, domain-shift order,
 SmolLM2-135M float32 greedy, 128 new tokens). Three parts, one run:
 
-1. **Replay** (exact for greedy, `specloop.realmodels.replay.ReplayDecoder`) over the whole
+1. **Replay** (exact for greedy, `specloop.realmodels.streams.replay.ReplayDecoder`) over the whole
    recording in stream order, each method with ONE drafter object across the stream (as
-   `specloop.realmodels.stream.StreamRunner` serves it): every source alone -- ``ngram``
+   `specloop.realmodels.streams.runner.StreamRunner` serves it): every source alone -- ``ngram``
    (context n-gram trie), ``ngram-learned`` (n-gram chain whose length `LookupLength`
    learns from the verifier), ``datastore`` (REST-style index of the warm-up corpus +
    context), ``suffix`` (SuffixDecoding tree; ``suffix-chain`` its chain), ``eagle3`` (the
@@ -119,7 +119,7 @@ def build_method(name: str, target, dtype: str, args, index):
     from specloop.realmodels.drafters.datastore import DatastoreDrafter
     from specloop.realmodels.drafters.hedge import HEDGE_SOURCES_DRAFTER, HedgeDrafter
     from specloop.realmodels.drafters.ngram import NGramDrafter
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.drafters.suffix import SuffixDrafter, shipped_verify_cost
     from specloop.realmodels.policy import FixedDraftPolicy
     from specloop.strategies.lookup_length import LookupLength
@@ -190,7 +190,7 @@ def replay_method(name: str, rec, target, items, args, index, wall_indices: set,
     ``table`` dtype's verify costs; per-round columns, snapshots at the wall prompts and
     (Hedge) the cumulative losses after every prompt."""
     from specloop.realmodels.drafters.hedge import HedgeDrafter
-    from specloop.realmodels.replay import ReplayDecoder
+    from specloop.realmodels.streams.replay import ReplayDecoder
     drafter, policy = build_method(name, target, table, args, index)
     cols = {k: [] for k in ("stream_index", "tokens", "verified", "nodes", "draft", "update")}
     snaps, hedge_losses = {}, []
@@ -536,8 +536,8 @@ def main(argv=None) -> int:
     import transformers
     from specloop.realmodels.drafters.datastore import load_or_build_index
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.replay import load_verify_cost
-    from specloop.realmodels.stream_record import open_recording, recorded_items
+    from specloop.realmodels.streams.replay import load_verify_cost
+    from specloop.realmodels.recording import open_recording, recorded_items
     sys.path.insert(0, str(HERE))
     try:
         rec = open_recording(args.recording)

@@ -14,7 +14,7 @@ A claim "less than" mirrors it. The intervals come from the data:
 
 * `ratio_estimate`: paired ratios (per prompt, per (pass, prompt), per episode):
   geometric mean with a Student-t interval on the mean log ratio -- the interval
-  `specloop.realmodels.stream_compare.paired_gain` gives the prompt stream, through
+  `specloop.realmodels.streams.compare.paired_gain` gives the prompt stream, through
   the same `log_ratio_t_interval`;
 * `difference_estimate`: paired differences (e.g. per seed): mean with a Student-t
   interval.
@@ -113,7 +113,7 @@ def ratio_estimate(ratios: Iterable[float], statistic: str,
     Raises:
         ValueError: no ratios, a ratio <= 0 or not finite, confidence outside (0, 1).
     """
-    from specloop.realmodels.stream_compare import log_ratio_t_interval
+    from specloop.realmodels.streams.compare import log_ratio_t_interval
     values = np.asarray(list(ratios), dtype=float)
     if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
         raise ValueError(f"ratios must be positive and finite (at least one), got {values.tolist()}")

@@ -67,8 +67,8 @@ def sim_reference() -> dict:
         result = run_online(problem, name)
         out[f"online-{name}"] = _rows(result.trace)
 
-    from specloop.sim.ltd_env import TreeWorld, TreeWorldOptions, run_policy
-    from specloop.strategies.ltd import LTDConfig
+    from specloop.ltd.env_sim import TreeWorld, TreeWorldOptions, run_policy
+    from specloop.ltd.policy import LTDConfig
     config = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
     world = TreeWorld(TreeWorldOptions(rounds_per_episode=12), config)
     for label, policy in (("dynamic", DynamicTree(top_k=3, max_depth=4, verify_size=6)),
@@ -79,8 +79,8 @@ def sim_reference() -> dict:
 
 def replay_reference(directory) -> dict:
     """LTD replay records on a synthetic recording in ``directory``."""
-    from specloop.sim.ltd_replay import load_replay, run_replay_policy
-    from specloop.strategies.ltd import LTDConfig
+    from specloop.ltd.env_replay import load_replay, run_replay_policy
+    from specloop.ltd.policy import LTDConfig
     from specloop.strategies.trees import DynamicTree
     config = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
     data = load_replay(directory)
@@ -143,7 +143,7 @@ def real_reference(cases=REAL_CASES, prompts: int = 10, max_new_tokens: int = MA
     the prompts ``indices`` (default all) of the ``prompts`` reference prompts; entries
     of skipped prompts are None."""
     from specloop.realmodels.decoder import SpeculativeDecoder
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import load_model
     target = target or load_model("smollm2-135m", dtype="float32")
     ids = real_prompts(target, prompts)

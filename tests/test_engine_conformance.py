@@ -25,7 +25,7 @@ from specloop.record import RoundRecord
 from specloop.strategies.base import DraftPlan, TreePlan
 from specloop.strategies.engine import drive_round
 from specloop.strategies.policies import ConfidenceStop
-from specloop.strategies.ltd import LTDConfig
+from specloop.ltd.policy import LTDConfig
 
 LTD_CFG = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
 ROUNDS = 6
@@ -125,7 +125,7 @@ def sim_online(seed=0):
 
 
 def sim_ltd(seed=0):
-    from specloop.sim.ltd_env import SimTreeEngine, TreeWorld, TreeWorldOptions
+    from specloop.ltd.env_sim import SimTreeEngine, TreeWorld, TreeWorldOptions
     engine = SimTreeEngine(TreeWorld(TreeWorldOptions(rounds_per_episode=64), LTD_CFG))
     engine.reset(np.random.default_rng(seed), 0)
     return engine, {}
@@ -133,7 +133,7 @@ def sim_ltd(seed=0):
 
 def ltd_replay(seed=0):
     from pathlib import Path
-    from specloop.sim.ltd_replay import ReplayTreeEngine, load_replay
+    from specloop.ltd.env_replay import ReplayTreeEngine, load_replay
     data = load_replay(Path(__file__).parent / "fixtures" / "engine_reference_replay")
     engine = ReplayTreeEngine(data, LTD_CFG)
     engine.reset(np.random.default_rng(seed), 0, prompt=0)
@@ -171,7 +171,7 @@ def _recording(target, prompt):
     """A recording of ``prompt`` on ``target`` (40 new tokens), made once per target."""
     import tempfile
     from specloop.data.streams import StreamItem
-    from specloop.realmodels.stream_record import RecordSettings, open_recording, record_stream
+    from specloop.realmodels.recording import RecordSettings, open_recording, record_stream
     key = id(type(target)), tuple(prompt.tolist()), int(target.config.vocab_size)
     if key not in _RECORDINGS:
         folder = tempfile.mkdtemp(prefix="conformance-rec-")
@@ -186,7 +186,7 @@ def _recording(target, prompt):
 
 def replay_session(kind):
     def factory(seed=0):
-        from specloop.realmodels.replay import ReplayDecoder
+        from specloop.realmodels.streams.replay import ReplayDecoder
         from specloop.theory.speedup import VerifyCostTable
         from tests.realmodels.decoder_util import as_loaded
         decoder, target = _tiny_decoder("bigram" if kind == "tree-asks" else "small-lm", seed)
@@ -199,7 +199,7 @@ def replay_session(kind):
 
 
 def real_ltd(seed=0):
-    from specloop.realmodels.ltd_env import RealHarness, RealTreeEngine
+    from specloop.ltd.env_real import RealHarness, RealTreeEngine
     from tests.realmodels.heads_b_util import tiny_target
     from tests.realmodels.test_ltd_env import BigramTreeDrafter
     torch.manual_seed(0)

@@ -44,7 +44,7 @@ def test_lock_held_by_another_process_dies_with_it(tmp_path):
 
 def test_a_grid_job_on_a_folder_being_written_fails(tmp_path):
     from tests.realmodels.scale_util import record_tiny
-    from specloop.realmodels.stream_scale import GridSettings, plan_jobs, run_grid
+    from specloop.realmodels.streams.scale import GridSettings, plan_jobs, run_grid
     record_tiny(tmp_path / "rec", count=2)
     jobs = plan_jobs({"p": None}, ["suffix"], chunk=2)
     settings = GridSettings(recording=str(tmp_path / "rec"), out=str(tmp_path / "out"), every=1,

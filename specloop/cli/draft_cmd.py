@@ -101,7 +101,7 @@ def register(subparsers) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     import sys
 
     from specloop.realmodels.heads.published_export import export_published, vllm_notes
@@ -127,7 +127,7 @@ def _recording_values(args) -> dict:
         return {}
     if args.corpus_mix is not None or args.tokens is not None:
         raise ValueError("--corpus-mix and --tokens choose the feature cache; they do not apply to --from-recording")
-    from specloop.realmodels.stream_record import open_recording
+    from specloop.realmodels.recording import open_recording
     for folder in args.recordings:                  # refused before the target loads
         recorded = open_recording(folder).settings.get("target")
         if recorded != args.target:

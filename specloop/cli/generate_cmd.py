@@ -92,7 +92,7 @@ def check_args(args):
             than the branching list), k < 0, a bad or missing ``--device``, an
             unknown ``--draft`` (the message lists the registered drafters).
     """
-    from specloop.realmodels.drafters.registry import check_drafter_name
+    from specloop.realmodels.registry.drafters import check_drafter_name
     from specloop.realmodels.loading import check_device
     from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
     from specloop.realmodels.sampling import SamplingConfig
@@ -113,7 +113,7 @@ def check_args(args):
 
 def run(args) -> int:
     from specloop.realmodels.decoder import SpeculativeDecoder
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.sampling import SamplingConfig
 

@@ -3,16 +3,16 @@ real decoder (issue 8).
 
 * ``specloop ltd train --env sim`` trains the depth and size policies with PPO
   (initial training of each alone, then alternating co-training) in
-  `specloop.sim.ltd_env` (`specloop.sim.ltd_training.train_sim`) and saves ``<name>``
-  (co-trained) and ``<name>-independent`` (the initial pair, not co-trained) by name (`specloop.strategies.ltd.save_policy`).
+  `specloop.ltd.env_sim` (`specloop.ltd.train_sim.train_sim`) and saves ``<name>``
+  (co-trained) and ``<name>-independent`` (the initial pair, not co-trained) by name (`specloop.ltd.policy.save_policy`).
   ``--reward-ablation`` also trains size policies on the acceptance-length and
   time-cost rewards (LTD's reward ablation) and saves ``<name>-size-<reward>``;
   ``--ablation-only`` trains just those (the co-trained pair is left as it is).
-  ``--name`` is a name (saved in `specloop.strategies.ltd.ltd_cache_dir`) or a file
-  path (the variants go next to it, `specloop.strategies.ltd.variant_name`); the
+  ``--name`` is a name (saved in `specloop.ltd.policy.ltd_cache_dir`) or a file
+  path (the variants go next to it, `specloop.ltd.policy.variant_name`); the
   training log is ``--out/ltd_train_<basename>.json``.
 * ``specloop ltd train --env real --init NAME`` fine-tunes a (sim-trained) policy on
-  the real decoder (`specloop.realmodels.ltd_eval.fine_tune_real`, wall-clock rewards) and saves
+  the real decoder (`specloop.ltd.eval_real.fine_tune_real`, wall-clock rewards) and saves
   ``<name>``; ``--env replay --init NAME`` fine-tunes it on rounds recorded from the
   real decoder instead (``--rounds`` alternations of ``--co-depth-steps`` /
   ``--co-size-steps``; without ``--init``, replay trains from scratch).
@@ -23,9 +23,9 @@ real decoder (issue 8).
   ``ltd_decisions_<env>.npz`` / ``.csv`` under ``--out``.
 
 This module parses, calls and prints: the work is in library modules with typed
-configs (`specloop.sim.ltd_training`, `specloop.sim.ltd_eval`,
-`specloop.realmodels.ltd_eval`, the shared rows and grid search in
-`specloop.strategies.ltd_eval`).
+configs (`specloop.ltd.train_sim`, `specloop.ltd.eval_sim`,
+`specloop.ltd.eval_real`, the shared rows and grid search in
+`specloop.ltd.evaluate`).
 """
 from __future__ import annotations
 
@@ -35,12 +35,12 @@ import sys
 import time
 from pathlib import Path
 
-# specloop.strategies.ltd (torch) and everything heavier are imported inside the
+# specloop.ltd.policy (torch) and everything heavier are imported inside the
 # command functions, so building the parser (`specloop --help`) stays light.
 __all__ = ["register", "train_log_path", "REWARD_CHOICES"]
 
 DEFAULT_OUT = Path("results/ltd")
-# = specloop.strategies.ltd.REWARDS (tests/cli/test_ltd_cmd.py keeps them equal)
+# = specloop.ltd.policy.REWARDS (tests/cli/test_ltd_cmd.py keeps them equal)
 REWARD_CHOICES = ("throughput", "accepted_length", "time_cost", "net_tokens")
 
 
@@ -163,7 +163,7 @@ def train_log_path(out: Path, name: str) -> Path:
 
 
 def _schedule(args):
-    from specloop.strategies.ltd_train import CoTrainSchedule
+    from specloop.ltd.train import CoTrainSchedule
     return CoTrainSchedule(args.depth_steps, args.size_steps, args.rounds, args.co_depth_steps,
                            args.co_size_steps, args.fixed_verify_size, args.n_steps)
 
@@ -188,7 +188,7 @@ def _train(args) -> int:
         return 0
     if args.env == "real":
         return _train_real(args)
-    from specloop.sim.ltd_training import SimTrainConfig, train_sim
+    from specloop.ltd.train_sim import SimTrainConfig, train_sim
 
     name = args.name or "ltd-sim"
     log_path = train_log_path(args.out, name)          # checked before any training
@@ -208,7 +208,7 @@ def _train(args) -> int:
 
 def _real_setup(args, drafter: str):
     """The `RealLTDSetup` of the flags (target: the registry's default)."""
-    from specloop.realmodels.ltd_eval import RealLTDSetup
+    from specloop.ltd.eval_real import RealLTDSetup
     return RealLTDSetup(drafter=args.drafter or drafter, dtype=args.dtype, prompts=args.prompts,
                         max_new_tokens=args.max_new_tokens, seed=args.seed)
 
@@ -216,8 +216,8 @@ def _real_setup(args, drafter: str):
 def _train_real(args) -> int:
     if args.ablation_only:
         raise ValueError("--ablation-only trains in the simulator (--env sim)")
-    from specloop.realmodels.ltd_eval import RealFineTuneConfig, fine_tune_real
-    from specloop.strategies.ltd import load_policy, save_policy
+    from specloop.ltd.eval_real import RealFineTuneConfig, fine_tune_real
+    from specloop.ltd.policy import load_policy, save_policy
 
     name = args.name or "ltd-real"
     init = args.init or "ltd-sim"
@@ -236,7 +236,7 @@ def _record(args) -> int:
 
 # -- eval ------------------------------------------------------------------------------
 def _eval(args) -> int:
-    from specloop.strategies.ltd_eval import parse_policy_names, save_eval
+    from specloop.ltd.evaluate import parse_policy_names, save_eval
 
     extra = parse_policy_names(getattr(args, "extra_policies", ""))
     if args.env == "real":
@@ -247,7 +247,7 @@ def _eval(args) -> int:
         from specloop.cli.ltd_replay_cmd import replay_eval
         result, decisions = replay_eval(args, extra)
     else:
-        from specloop.sim.ltd_eval import SimEvalConfig, sim_eval
+        from specloop.ltd.eval_sim import SimEvalConfig, sim_eval
         result, decisions = sim_eval(SimEvalConfig(policy=args.policy or "ltd-sim", episodes=args.episodes,
                                                    seed=args.seed, extra_policies=extra))
     save_eval(args.out, result, decisions)
@@ -260,11 +260,11 @@ def _eval(args) -> int:
 
 
 def _real_eval(args, extra: tuple[str, ...]):
-    from specloop.realmodels.ltd_eval import RealEvalConfig, real_eval
+    from specloop.ltd.eval_real import RealEvalConfig, real_eval
 
     pairs = None
     if getattr(args, "grid_from_replay", None):
-        from specloop.sim.ltd_eval import replay_grid_pairs
+        from specloop.ltd.eval_sim import replay_grid_pairs
         pairs = tuple(replay_grid_pairs(args.grid_from_replay, args.grid_top))
     config = RealEvalConfig(_real_setup(args, "eagle"), out=args.out, policy=args.policy or "ltd-sim",
                             fine_tuned=args.fine_tuned, extra_policies=extra, hooks=args.hooks,

@@ -3,14 +3,14 @@ the flags turned into typed configs, the library called, its result printed.
 
 * ``ltd record`` runs the real decoder once per position of a greedy generation and
   stores every position's full draft tree, the target's tokens at its nodes and the
-  measured costs (`specloop.realmodels.ltd_eval.record_real`; resumable: a rerun
+  measured costs (`specloop.ltd.eval_real.record_real`; resumable: a rerun
   skips prompts already on disk).
 * ``ltd train --env replay`` trains LTD's depth and size policies with PPO on the
-  recorded rounds (`specloop.sim.ltd_training.train_replay`): the real drafter's own
+  recorded rounds (`specloop.ltd.train_sim.train_replay`): the real drafter's own
   confidences and acceptance, priced by the measured costs.
 * ``ltd eval --env replay`` grid-searches static trees on the tuning recording and
   evaluates LTD, its ablations and the clairvoyant per-round oracle on the
-  evaluation recording (`specloop.sim.ltd_eval.replay_eval`).
+  evaluation recording (`specloop.ltd.eval_sim.replay_eval`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def default_replay_dir(out: Path, split: str) -> Path:
 def record(args) -> int:
     from tqdm import tqdm
 
-    from specloop.realmodels.ltd_eval import RealLTDSetup, RecordConfig, record_real
+    from specloop.ltd.eval_real import RealLTDSetup, RecordConfig, record_real
 
     if args.max_depth < 1 or args.max_verify < 2 or args.max_new_tokens < 1 or args.prompts < 1:
         raise ValueError("need --max-depth >= 1, --max-verify >= 2, --max-new-tokens >= 1 and --prompts >= 1")
@@ -60,10 +60,10 @@ def record(args) -> int:
 
 
 def train_replay(args, schedule, name: str) -> dict:
-    """``ltd train --env replay``: `specloop.sim.ltd_training.train_replay` on
+    """``ltd train --env replay``: `specloop.ltd.train_sim.train_replay` on
     ``args.replay`` (default ``<out>/replay-warmup``); prints what it saved and
     returns the training metadata."""
-    from specloop.sim.ltd_training import ReplayTrainConfig, train_replay as train
+    from specloop.ltd.train_sim import ReplayTrainConfig, train_replay as train
 
     directory = args.replay or default_replay_dir(args.out, "warmup")
     trained = train(ReplayTrainConfig(directory, name=name, schedule=schedule, seed=args.seed, reward=args.reward,
@@ -74,10 +74,10 @@ def train_replay(args, schedule, name: str) -> dict:
 
 
 def replay_eval(args, extra_policies: tuple[str, ...] = ()):
-    """``ltd eval --env replay``: `specloop.sim.ltd_eval.replay_eval` with the static
+    """``ltd eval --env replay``: `specloop.ltd.eval_sim.replay_eval` with the static
     grid on ``--tune-replay`` (default ``<out>/replay-warmup``) and rows on
     ``--replay`` (default ``<out>/replay-heldout``). Returns (result, decisions)."""
-    from specloop.sim.ltd_eval import ReplayEvalConfig, replay_eval as evaluate
+    from specloop.ltd.eval_sim import ReplayEvalConfig, replay_eval as evaluate
 
     config = ReplayEvalConfig(tune_replay=args.tune_replay or default_replay_dir(args.out, "warmup"),
                               replay=args.replay or default_replay_dir(args.out, "heldout"),

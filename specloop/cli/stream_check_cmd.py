@@ -1,6 +1,6 @@
 """``specloop stream check-replay REC``: serve a recording's first prompts with each
 method by the real decoder and by the replay, and compare round by round
-(`specloop.realmodels.replay_check`).
+(`specloop.realmodels.streams.replay_check`).
 
 ``--json`` prints one object: ``rounds``, ``matching_rounds``, ``tau_replay``,
 ``tau_real``, ``divergent_prompts`` (prompts where batch-1 greedy decoding left the
@@ -42,10 +42,10 @@ def _check(args) -> dict:
 
     from specloop.cli._online_flags import online_flags
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.replay import load_verify_cost
-    from specloop.realmodels.replay_check import check_replay
-    from specloop.realmodels.stream import StreamConfig, resolve_method
-    from specloop.realmodels.stream_record import open_recording
+    from specloop.realmodels.streams.replay import load_verify_cost
+    from specloop.realmodels.streams.replay_check import check_replay
+    from specloop.realmodels.streams.runner import StreamConfig, resolve_method
+    from specloop.realmodels.recording import open_recording
     recording = open_recording(args.recording)
     methods = [resolve_method(m).name for m in args.method.split(",") if m.strip()]
     if not methods:

@@ -16,14 +16,14 @@ greedy baseline's), ``speedup_with_training`` (update time included),
 ``per_domain`` (mean accepted length per dataset) and, for an online method whose
 frozen draft ran too, ``vs_frozen`` (paired per-prompt gain in mean accepted length
 with a 95 % interval and a Wilcoxon p-value, overall and per dataset;
-`specloop.realmodels.stream_compare.paired_gain`); plus ``baseline_tokens_per_s``,
+`specloop.realmodels.streams.compare.paired_gain`); plus ``baseline_tokens_per_s``,
 ``stream`` (dataset of each prompt) and ``config``.
 Exit code 1 when a method cannot run (e.g. its draft is not trained).
 
 ``specloop stream record --target T --datasets D1,D2 --prompts N --max-new-tokens M
 --out REC`` records the target's side of a stream once (greedy continuations, the
 features the heads read, top-m p_target at every position) for exact replays: see
-`specloop.realmodels.stream_record` for the format. Resumable; a recording made with
+`specloop.realmodels.recording` for the format. Resumable; a recording made with
 other settings is refused (exit 2).
 """
 from __future__ import annotations
@@ -97,10 +97,10 @@ def _check_args(args) -> None:
 
 
 def _stream_run(args):
-    """The typed `specloop.realmodels.stream_results.StreamRun` of the parsed flags."""
-    from specloop.realmodels.stream import StreamConfig
+    """The typed `specloop.realmodels.streams.results.StreamRun` of the parsed flags."""
+    from specloop.realmodels.streams.runner import StreamConfig
     from specloop.cli._online_flags import online_flags
-    from specloop.realmodels.stream_results import StreamRun
+    from specloop.realmodels.streams.results import StreamRun
     online = online_flags(args)
     max_new_tokens = args.max_new_tokens
     if max_new_tokens is None:
@@ -116,14 +116,14 @@ def _stream_run(args):
 
 
 def _recorded_max_new_tokens(folder) -> int:
-    from specloop.realmodels.stream_record import open_recording
+    from specloop.realmodels.recording import open_recording
     return int(open_recording(folder).settings["max_new_tokens"])
 
 
 def run(args) -> int:
     from tqdm.auto import tqdm
 
-    from specloop.realmodels.stream_results import serve_stream
+    from specloop.realmodels.streams.results import serve_stream
     _check_args(args)
     stream = _stream_run(args)
     bar = None
@@ -152,8 +152,8 @@ def run(args) -> int:
 
 
 def _result(summaries: dict, failures: dict, items, config, args) -> dict:
-    """`specloop.realmodels.stream_results.stream_result` with the parsed flags' target, datasets, order, drafts."""
-    from specloop.realmodels.stream_results import stream_result
+    """`specloop.realmodels.streams.results.stream_result` with the parsed flags' target, datasets, order, drafts."""
+    from specloop.realmodels.streams.results import stream_result
     return stream_result(summaries, failures, items, config, target=args.target, datasets=args.datasets,
                          order=args.order, drafts=getattr(args, "drafts", None))
 
@@ -174,6 +174,6 @@ def _print_table(result: dict) -> None:
 
 
 def plot_stream(result: dict, path: str | Path) -> Path:
-    """`specloop.realmodels.stream_results.plot_stream` (the figure of ``stream.png``)."""
-    from specloop.realmodels.stream_results import plot_stream as plot
+    """`specloop.realmodels.streams.results.plot_stream` (the figure of ``stream.png``)."""
+    from specloop.realmodels.streams.results import plot_stream as plot
     return plot(result, path)

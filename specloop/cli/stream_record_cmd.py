@@ -4,7 +4,7 @@ position the hidden states the draft heads read (float16) and the target's top-m
 next-token distribution. Batched greedy generation (``--batch-size`` prompts per
 forward); shards written atomically as they finish, so a killed recording resumes to
 the same files; a folder recorded with other settings is refused (exit 2). Format:
-`specloop.realmodels.stream_record`.
+`specloop.realmodels.recording`.
 
 ``--json`` prints the manifest plus ``tokens_per_s`` (new tokens per second of this run)
 and ``total_bytes``.
@@ -64,7 +64,7 @@ def _record(args) -> dict:
 
     from specloop.data.streams import build_stream
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.stream_record import RecordSettings, check_settings, head_feature_layers, record_stream
+    from specloop.realmodels.recording import RecordSettings, check_settings, head_feature_layers, record_stream
     flags = _flag_settings(args)
     for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "top_m", "batch_size", "shard_size"):
         if flags[name] < 1:

@@ -1,9 +1,9 @@
 """``specloop stream scale REC``: the online-at-scale grid (protocol x method x seed x
 learning rate), every cell a replay of the recording REC
-(`specloop.realmodels.stream_scale`), on a local process pool (default), in this
+(`specloop.realmodels.streams.scale`), on a local process pool (default), in this
 process (``--backend serial``) or on Ray (``--backend ray``, ``--address`` for a
 cluster; ``pip install "specloop[distributed]"``). Resumable: rerun the same command
-to continue. Results (`specloop.realmodels.stream_scale_results`): ``summary.json``,
+to continue. Results (`specloop.realmodels.streams.scale_results`): ``summary.json``,
 ``summary-<protocol>.json`` and figures under ``--out``.
 
 ``--protocol NAME[=DRAFTS]`` (repeatable): a protocol and the folder its drafts come
@@ -23,7 +23,7 @@ __all__ = ["register_scale", "run_scale"]
 
 def register_scale(sub) -> None:
     from specloop.cli._online_flags import add_online_flags
-    from specloop.realmodels.stream_scale import BACKENDS
+    from specloop.realmodels.streams.scale import BACKENDS
     parser = sub.add_parser("scale", help="the online-at-scale grid over a recording (replays)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recording", metavar="REC", help="recording folder ('specloop stream record')")
@@ -87,8 +87,8 @@ def _method_seeds(values) -> dict:
 
 def _grid(args):
     from specloop.cli._online_flags import online_flags
-    from specloop.realmodels.stream_record import open_recording, recorded_items
-    from specloop.realmodels.stream_scale import GridSettings, baseline_job, plan_jobs
+    from specloop.realmodels.recording import open_recording, recorded_items
+    from specloop.realmodels.streams.scale import GridSettings, baseline_job, plan_jobs
     recording = open_recording(args.recording)
     items = recorded_items(recording, args.prompts, args.every)            # checks --prompts / --every
     online = {k: v for k, v in online_flags(args).items() if k != "background"}   # replays refuse it
@@ -104,8 +104,8 @@ def _grid(args):
 def run_scale(args) -> int:
     from tqdm.auto import tqdm
 
-    from specloop.realmodels.stream_scale import run_grid
-    from specloop.realmodels.stream_scale_results import protocol_summary, write_results
+    from specloop.realmodels.streams.scale import run_grid
+    from specloop.realmodels.streams.scale_results import protocol_summary, write_results
     try:
         jobs, settings, items = _grid(args)
     except (ValueError, FileNotFoundError) as err:

@@ -159,7 +159,7 @@ def saved_drafters(target, names: Sequence[str] = TRAINED_DRAFTERS) -> list[str]
     """The trained drafters that load for ``target`` *without training* (a saved or
     shipped checkpoint exists): figures never start a draft's offline training."""
     try:
-        registry = require("specloop.realmodels.drafters.registry", "make_drafter",
+        registry = require("specloop.realmodels.registry.drafters", "make_drafter",
                            "drafter_names")
         known = set(registry.drafter_names())
     except (FigureUnavailable, ImportError):

@@ -4,10 +4,10 @@ co-trained PPO policies (against the grid-searched best static tree), and the
 ablation bars: tokens/s relative to the best static tree for LTD, depth-only,
 size-only, the independent (not co-trained) pair and the reward ablation.
 
-The numbers come from `specloop.sim.ltd_eval.sim_eval` (``specloop ltd eval --env
+The numbers come from `specloop.ltd.eval_sim.sim_eval` (``specloop ltd eval --env
 sim``, issue 8). It needs trained policies: the saved or shipped ``ltd-sim`` policy
 when there is one (``specloop ltd train --env sim``); otherwise this figure trains a
-set itself as ``specloop ltd train`` does (`specloop.sim.ltd_training.train_sim`)
+set itself as ``specloop ltd train`` does (`specloop.ltd.train_sim.train_sim`)
 into its output folder (PPO with LTD's settings; the quick preset uses fewer steps
 and takes a few minutes on 2 cores).
 """
@@ -39,7 +39,7 @@ SIZES = {
 
 @contextlib.contextmanager
 def _policy_dir(folder: Path):
-    """Point `specloop.strategies.ltd`'s policy store (``SPECLOOP_LTD_DIR``) at
+    """Point `specloop.ltd.policy`'s policy store (``SPECLOOP_LTD_DIR``) at
     ``folder`` for the duration (policies trained here stay with the part)."""
     import os
     old = os.environ.get("SPECLOOP_LTD_DIR")
@@ -63,9 +63,9 @@ def _saved_policy_exists(ltd) -> bool:
 
 def _train_own(cfg: dict, out: Path) -> str:
     """Train a policy set as ``specloop ltd train --env sim`` does
-    (`specloop.sim.ltd_training.train_sim`; call inside `_policy_dir`); the training
+    (`specloop.ltd.train_sim.train_sim`; call inside `_policy_dir`); the training
     log goes to ``out/train/ltd_train_<name>.json``."""
-    ltd = require("specloop.strategies.ltd", "load_policy")
+    ltd = require("specloop.ltd.policy", "load_policy")
     name = cfg["own_name"]
     try:
         ltd.load_policy(name)
@@ -73,8 +73,8 @@ def _train_own(cfg: dict, out: Path) -> str:
         return name
     except FileNotFoundError:
         pass
-    training = require("specloop.sim.ltd_training", "train_sim", why="LTD training in the simulator (issue 8)")
-    from specloop.strategies.ltd_train import CoTrainSchedule
+    training = require("specloop.ltd.train_sim", "train_sim", why="LTD training in the simulator (issue 8)")
+    from specloop.ltd.train import CoTrainSchedule
     schedule = CoTrainSchedule()          # `specloop ltd train`'s defaults (LTD's settings)
     if cfg["train_steps"] is not None:
         steps = int(cfg["train_steps"])
@@ -87,10 +87,10 @@ def _train_own(cfg: dict, out: Path) -> str:
 
 
 def _evaluate(name: str, cfg: dict, out: Path) -> dict:
-    """`specloop.sim.ltd_eval.sim_eval` of policy ``name``; the rows and decisions are
+    """`specloop.ltd.eval_sim.sim_eval` of policy ``name``; the rows and decisions are
     saved under ``out/eval`` as ``specloop ltd eval --env sim`` saves them."""
-    evaluation = require("specloop.sim.ltd_eval", "sim_eval", why="LTD evaluation in the simulator (issue 8)")
-    from specloop.strategies.ltd_eval import save_eval
+    evaluation = require("specloop.ltd.eval_sim", "sim_eval", why="LTD evaluation in the simulator (issue 8)")
+    from specloop.ltd.evaluate import save_eval
     result, decisions = evaluation.sim_eval(evaluation.SimEvalConfig(policy=name, episodes=cfg["episodes"]))
     save_eval(out / "eval", result, decisions)
     return result
@@ -213,11 +213,11 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """Train (if needed) and evaluate LTD in the simulator; save and plot figure (e).
 
     Raises:
-        FigureUnavailable: `specloop.strategies.ltd` or `specloop ltd` is missing.
+        FigureUnavailable: `specloop.ltd.policy` or `specloop ltd` is missing.
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
+    ltd = require("specloop.ltd.policy", "load_policy", why="LTD policies (issue 8)")
     if _saved_policy_exists(ltd):
         name = SAVED_POLICY
         result = _evaluate(name, cfg, out)

@@ -2,7 +2,7 @@
 bfloat16 with the shipped EAGLE-3 head drafting EAGLE-2 trees, HumanEval prompts.
 
 Three panels, every number measured by this figure through the library functions
-behind the CLI (`specloop.realmodels.ltd_eval`, `specloop.sim.ltd_eval`):
+behind the CLI (`specloop.ltd.eval_real`, `specloop.ltd.eval_sim`):
 
 1. **Real decoder** (``specloop ltd eval --env real --paired``): wall-clock tokens/s
    of each policy relative to the best static tree, paired per prompt (the policies
@@ -74,8 +74,8 @@ def _short(label: str) -> str:
 
 def _record(out: Path, split: str, prompts: int, cfg: dict, costs_from: Path | None) -> Path:
     """Record (or resume) ``out/replay-<split>`` as ``specloop ltd record`` does
-    (`specloop.realmodels.ltd_eval.record_real`)."""
-    from specloop.realmodels.ltd_eval import RealLTDSetup, RecordConfig, record_real
+    (`specloop.ltd.eval_real.record_real`)."""
+    from specloop.ltd.eval_real import RealLTDSetup, RecordConfig, record_real
     directory = out / f"replay-{split}"
     setup = RealLTDSetup(drafter=DRAFTER, dtype="bfloat16", prompts=prompts, max_new_tokens=cfg["record_tokens"])
     record_real(RecordConfig(directory, setup, split=split, max_depth=RECORD["max_depth"],
@@ -85,13 +85,13 @@ def _record(out: Path, split: str, prompts: int, cfg: dict, costs_from: Path | N
 
 
 def _measure(out: Path, cfg: dict) -> tuple[dict, dict]:
-    """The replay and real-decoder evaluations (`specloop.sim.ltd_eval.replay_eval`,
-    `specloop.realmodels.ltd_eval.real_eval`, as ``specloop ltd eval --env replay``
+    """The replay and real-decoder evaluations (`specloop.ltd.eval_sim.replay_eval`,
+    `specloop.ltd.eval_real.real_eval`, as ``specloop ltd eval --env replay``
     and ``--env real --paired --grid-from-replay`` run them); each result and its
     decisions are also saved under ``out/replay_eval`` / ``out/real_eval``."""
-    from specloop.realmodels.ltd_eval import RealEvalConfig, RealLTDSetup, real_eval
-    from specloop.sim.ltd_eval import ReplayEvalConfig, replay_eval, replay_grid_pairs
-    from specloop.strategies.ltd_eval import save_eval
+    from specloop.ltd.eval_real import RealEvalConfig, RealLTDSetup, real_eval
+    from specloop.ltd.eval_sim import ReplayEvalConfig, replay_eval, replay_grid_pairs
+    from specloop.ltd.evaluate import save_eval
     warmup = _record(out, "warmup", cfg["warmup_prompts"], cfg, None)
     heldout = _record(out, "heldout", cfg["heldout_prompts"], cfg, warmup)
     extras = (REWARD_ABLATION, SIM_POLICY)
@@ -230,8 +230,8 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    ltd = require("specloop.strategies.ltd", "load_policy", why="LTD policies (issue 8)")
-    require("specloop.realmodels.ltd_eval", "record_real", "real_eval",
+    ltd = require("specloop.ltd.policy", "load_policy", why="LTD policies (issue 8)")
+    require("specloop.ltd.eval_real", "record_real", "real_eval",
             why="`specloop ltd record` / `ltd eval --env real` (issue 8)")
     for name in (POLICY, REWARD_ABLATION, SIM_POLICY, FINE_TUNED):
         try:

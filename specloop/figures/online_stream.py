@@ -4,7 +4,7 @@ against online drafts — OnlineSpec's per-chunk curves.
 
 Sources, in order of preference:
 
-1. ``specloop stream`` (issue 7; `specloop.realmodels.stream_results.serve_stream`): it serves the stream
+1. ``specloop stream`` (issue 7; `specloop.realmodels.streams.results.serve_stream`): it serves the stream
    with frozen and online-adapted drafts (Hydra and Opt-Hydra at the quick scale;
    also OSD-Hydra, Ens-Hydra, EAGLE, Ens-EAGLE at full scale) and reports per-chunk numbers and its greedy baseline.
 2. Otherwise (no command, or no method it could run) this module serves the stream itself with the real decoder on the
@@ -67,7 +67,7 @@ def chunk_summaries(traces: list, chunk: int) -> list[dict]:
 # -- source 1: `specloop stream` (issue 7) ------------------------------------------
 def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
     """Serve the stream as ``specloop stream --json`` does
-    (`specloop.realmodels.stream_results.serve_stream`, the command's defaults).
+    (`specloop.realmodels.streams.results.serve_stream`, the command's defaults).
 
     Returns:
         (its result, '') -- ``methods`` -> mean_accepted_length, speedup,
@@ -76,8 +76,8 @@ def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
         draft: the result then names the failures).
     """
     try:
-        from specloop.realmodels.stream import StreamConfig
-        from specloop.realmodels.stream_results import STREAM_ONLINE_DEFAULTS, StreamRun, serve_stream
+        from specloop.realmodels.streams.runner import StreamConfig
+        from specloop.realmodels.streams.results import STREAM_ONLINE_DEFAULTS, StreamRun, serve_stream
     except ImportError as exc:  # the stream's own modules have not landed
         return None, f"`specloop stream` cannot run yet ({exc})"
     config = StreamConfig(chunk=cfg["chunk"], max_new_tokens=cfg["max_new_tokens"], num_draft_tokens=cfg["k"],
@@ -103,10 +103,10 @@ def _replay_check(cfg: dict, out: Path) -> dict:
     with the decoder's records (`replay_check.compare_traces`). Returns per method
     rounds / matching_rounds / tau_real / tau_replay, or {"error": why}."""
     from specloop.data.streams import build_stream
-    from specloop.realmodels.replay_check import compare_traces
-    from specloop.realmodels.stream import StreamConfig, StreamRunner
-    from specloop.realmodels.stream_record import RecordSettings, head_feature_layers, open_recording, record_stream
-    from specloop.realmodels.stream_results import STREAM_ONLINE_DEFAULTS
+    from specloop.realmodels.streams.replay_check import compare_traces
+    from specloop.realmodels.streams.runner import StreamConfig, StreamRunner
+    from specloop.realmodels.recording import RecordSettings, head_feature_layers, open_recording, record_stream
+    from specloop.realmodels.streams.results import STREAM_ONLINE_DEFAULTS
     from specloop.record import Trace
     target = load_target(DEFAULT_TARGET, dtype="float32")
     count = cfg["per_dataset"] * len(DATASET_ORDER)
@@ -140,7 +140,7 @@ def _replay_check(cfg: dict, out: Path) -> dict:
 def _serve_frozen(cfg: dict) -> tuple[list[dict], list[str]]:
     decoder_mod = require("specloop.realmodels.decoder", "SpeculativeDecoder",
                           why="the real-model decoder (issue 5)")
-    registry = require("specloop.realmodels.drafters.registry", "make_drafter")
+    registry = require("specloop.realmodels.registry.drafters", "make_drafter")
     policy_mod = require("specloop.realmodels.policy", "FixedDraftPolicy")
     target = load_target(DEFAULT_TARGET, dtype="float32")
     tagged = heldout_prompt_ids(target.tokenizer, {d: cfg["per_dataset"] for d in DATASET_ORDER})

@@ -54,7 +54,7 @@ def _specloop_methods(target, cfg: dict) -> list[tuple[str, object]]:
     """(name, make_decoder) for every specloop configuration measured."""
     decoder_mod = require("specloop.realmodels.decoder", "SpeculativeDecoder",
                           why="the real-model decoder (issue 5)")
-    registry = require("specloop.realmodels.drafters.registry", "make_drafter")
+    registry = require("specloop.realmodels.registry.drafters", "make_drafter")
     policy_mod = require("specloop.realmodels.policy", "FixedDraftPolicy")
     from specloop.strategies.base import TreePlan
 

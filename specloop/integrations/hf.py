@@ -103,7 +103,7 @@ def _drafter_for(model, drafter, options: dict, target: LoadedModel):
     once per model, name and options, then reused)."""
     if not isinstance(drafter, str):
         return drafter
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     key = (drafter, tuple(sorted((k, repr(v)) for k, v in options.items())))
     per_model = _DRAFTERS.setdefault(model, {})
     if key not in per_model:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import DraftRequest
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan
 

@@ -1,6 +1,6 @@
 """LTD on the real decoder: the depth / size decisions inside real tree drafting,
 wall-clock costs (device synchronised) and gymnasium environments (issue 8);
-evaluation, fine-tuning and recording with typed configs: `specloop.realmodels.ltd_eval`.
+evaluation, fine-tuning and recording with typed configs: `specloop.ltd.eval_real`.
 
 `RealTreeEngine` is the real decoder's `specloop.strategies.engine.StepwiseEngine`: it
 steps a `specloop.realmodels.session.DecodeSession` one decision at a time, so the
@@ -31,7 +31,7 @@ from specloop.realmodels.drafters.base import DraftProposal, DraftRequest
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, DraftStep, PlanState, TreeCandidates, TreePlan
 from specloop.strategies.engine import StepwiseRound, drive_round
-from specloop.strategies.ltd import LTDConfig, layer_step, select_subtree
+from specloop.ltd.policy import LTDConfig, layer_step, select_subtree
 
 __all__ = ["calibrate_layer_costs", "RealHarness", "RealTreeEngine",
            "make_real_depth_env", "make_real_size_env",
@@ -285,11 +285,11 @@ class RealTreeEngine(StepwiseRound):
 
 def make_real_depth_env(harness: RealHarness, **kwargs):
     """A `DepthEnv` over a `RealTreeEngine` (kwargs: size_chooser, fixed_verify_size, reward)."""
-    from specloop.strategies.ltd_train import DepthEnv
+    from specloop.ltd.train import DepthEnv
     return DepthEnv(RealTreeEngine(harness), **kwargs)
 
 
 def make_real_size_env(harness: RealHarness, **kwargs):
     """A `SizeEnv` over a `RealTreeEngine` (kwargs: depth_chooser, reward)."""
-    from specloop.strategies.ltd_train import SizeEnv
+    from specloop.ltd.train import SizeEnv
     return SizeEnv(RealTreeEngine(harness), **kwargs)

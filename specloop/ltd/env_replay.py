@@ -1,6 +1,6 @@
 """LTD environment that replays rounds recorded on the real decoder (issue 8).
 
-`specloop.realmodels.ltd_record` stores, for every position of a greedy
+`specloop.ltd.record` stores, for every position of a greedy
 generation, the real drafter's full EAGLE-2 tree (tokens, parents, depths,
 cumulative draft probabilities) and the target's greedy token after every node a
 policy could verify, plus measured cost tables. Greedy output does not depend on
@@ -15,7 +15,7 @@ reads these as plain arrays (it never imports ``realmodels``).
 Use it to train LTD policies on the real drafter's own confidence signals and
 costs (``specloop ltd train --env replay``), and to price any tree policy or
 static tree in milliseconds instead of minutes of wall clock (static grids:
-`specloop.strategies.ltd_eval.grid_search_static` over `run_replay_policy`).
+`specloop.ltd.evaluate.grid_search_static` over `run_replay_policy`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import numpy as np
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates
 from specloop.strategies.engine import StepwiseRound, drive_round
-from specloop.strategies.ltd import LTDConfig, layer_step, select_subtree
+from specloop.ltd.policy import LTDConfig, layer_step, select_subtree
 
 __all__ = ["ReplayData", "ReplayPrompt", "ReplayTreeEngine", "load_replay", "run_replay_policy",
            "oracle_tokens_per_second"]
@@ -150,7 +150,7 @@ def accepted_path(parents: np.ndarray, tokens: np.ndarray, target_next: np.ndarr
 
 
 class ReplayTreeEngine(StepwiseRound):
-    """`specloop.strategies.ltd_train.LTDEngine` over recorded real rounds, stepped by
+    """`specloop.ltd.train.LTDEngine` over recorded real rounds, stepped by
     gymnasium or run by `drive_round` (`specloop.strategies.engine.StepwiseRound`).
 
     Args:
@@ -202,7 +202,7 @@ class ReplayTreeEngine(StepwiseRound):
 
     def start_round(self, plan: DraftPlan) -> int:
         """The depth cap of an EAGLE-2 ``plan`` (ValueError for any other plan)."""
-        from specloop.sim.ltd_env import _plan_depth
+        from specloop.ltd.env_sim import _plan_depth
         return min(_plan_depth(plan, self.config), self.max_depth)
 
     def begin_round(self) -> DraftStep:
@@ -251,7 +251,7 @@ class ReplayTreeEngine(StepwiseRound):
 def run_replay_policy(policy, data: ReplayData, config: LTDConfig, prompts: list[int] | None = None,
                       charge_policy_time: bool = False) -> tuple[Trace, np.ndarray, np.ndarray]:
     """Replay every prompt (in order) under a tree `DraftPolicy` (its hooks when
-    present; see `specloop.sim.ltd_env.run_policy`).
+    present; see `specloop.ltd.env_sim.run_policy`).
 
     Returns:
         (trace, depth per round, V per round).

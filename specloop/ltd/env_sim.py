@@ -47,8 +47,8 @@ from specloop.sim.streams import make_stream
 from specloop.sim.trees import build_tree
 from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates, TreePlan
 from specloop.strategies.engine import StepwiseRound, drive_round
-from specloop.strategies.ltd import LTDConfig
-from specloop.strategies.ltd_train import DepthEnv, SizeEnv
+from specloop.ltd.policy import LTDConfig
+from specloop.ltd.train import DepthEnv, SizeEnv
 
 __all__ = ["TreeWorldOptions", "TreeWorld", "SimTreeEngine", "make_depth_env", "make_size_env",
            "run_policy", "DESIGN_VERIFY_COST", "monotone_cost_table"]

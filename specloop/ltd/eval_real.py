@@ -5,15 +5,15 @@ and recording with typed configs; the back ends of ``specloop ltd eval|train
 * `real_eval`: static trees grid-searched on HumanEval warm-up prompts, then on
   held-out prompts the best static tree, LTD and its ablations and the transfer row
   (`RealEvalConfig`), wall clock, device synchronised
-  (`specloop.realmodels.ltd_env.RealHarness`).
+  (`specloop.ltd.env_real.RealHarness`).
 * `fine_tune_real`: fine-tunes a (sim-trained) policy in the real-decoder
   gymnasium environments (`RealFineTuneConfig`).
 * `record_real`: records every position's draft tree and target tokens for the
-  replay (`specloop.realmodels.ltd_record.record_replay`, `RecordConfig`).
+  replay (`specloop.ltd.record.record_replay`, `RecordConfig`).
 
 The target comes from the config (`RealLTDSetup.target`, default the first name of
 the model registry, `specloop.realmodels.loading.registry_names`). Rows and grid
-search: `specloop.strategies.ltd_eval`.
+search: `specloop.ltd.evaluate`.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from specloop.strategies.ltd_eval import (ablation_policies, add_named_policies, evaluate_rows, grid_search_static,
+from specloop.ltd.evaluate import (ablation_policies, add_named_policies, evaluate_rows, grid_search_static,
                                           load_optional, replay_ltd_config)
 
 __all__ = ["default_target", "RealLTDSetup", "prompt_ids", "build_harness", "RealEvalConfig", "real_eval",
@@ -48,7 +48,7 @@ class RealLTDSetup:
 
     Attributes:
         target: registry name, HF id or local path (default `default_target`).
-        drafter: EAGLE-2 tree drafter name (`specloop.realmodels.drafters.registry`).
+        drafter: EAGLE-2 tree drafter name (`specloop.realmodels.registry.drafters`).
         dtype: target dtype ("bfloat16": the simulator's cost column; "float32"
             for exactness).
         prompts: HumanEval prompts per pass.
@@ -79,9 +79,9 @@ def build_harness(setup: RealLTDSetup, config, split: str, native: bool = False)
     Raises:
         FileNotFoundError: the target's package or the drafter's checkpoint is missing.
     """
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.ltd_env import RealHarness
+    from specloop.ltd.env_real import RealHarness
 
     torch.manual_seed(setup.seed)
     target = load_model(setup.target, dtype=setup.dtype)
@@ -105,7 +105,7 @@ class RealEvalConfig:
         repeats: passes over the prompts, the policies interleaved in each.
         paired: run the policies back to back per prompt (paired speed ratios).
         grid_pairs: (D, V) candidates of the static grid (e.g.
-            `specloop.sim.ltd_eval.replay_grid_pairs`); None = the full grid.
+            `specloop.ltd.eval_sim.replay_grid_pairs`); None = the full grid.
         reuse_grid: reuse ``out/ltd_grid_real.json`` when it exists.
         grid_only: only grid-search (and save) the static trees.
     """
@@ -163,7 +163,7 @@ def real_eval(config: RealEvalConfig, ltd_config=None) -> tuple[dict | None, dic
     Raises:
         FileNotFoundError: a policy, the target's package or the drafter is missing.
     """
-    from specloop.strategies.ltd import LTDConfig, fine_tuned_label, load_policy, variant_name
+    from specloop.ltd.policy import LTDConfig, fine_tuned_label, load_policy, variant_name
 
     best, grid = _static_grid(config, ltd_config or LTDConfig())
     if config.grid_only:
@@ -243,10 +243,10 @@ class RealFineTuneConfig:
 
 def fine_tune_real(policy, config: RealFineTuneConfig):
     """Fine-tune a (sim-trained) `LTDPolicy` on the real decoder
-    (`specloop.strategies.ltd_train.fine_tune` over `RealTreeEngine`s).
+    (`specloop.ltd.train.fine_tune` over `RealTreeEngine`s).
     Returns (the tuned policy, named ``ltd-real``, and the training log)."""
-    from specloop.realmodels.ltd_env import RealTreeEngine
-    from specloop.strategies.ltd_train import fine_tune as fine_tune_policy
+    from specloop.ltd.env_real import RealTreeEngine
+    from specloop.ltd.train import fine_tune as fine_tune_policy
 
     harness = build_harness(config.setup, policy.config, "warmup")
     engines = []
@@ -299,9 +299,9 @@ def record_real(config: RecordConfig, progress: Callable[[int, int], None] | Non
         ValueError: the recording on disk was made with other settings (checked
             before any model is loaded).
     """
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.ltd_record import check_resumable, record_replay
+    from specloop.ltd.record import check_resumable, record_replay
 
     setup = config.setup
     check_resumable(config.out, max_depth=config.max_depth, max_verify=config.max_verify,

@@ -2,23 +2,23 @@
 real rounds: the back ends of ``specloop ltd eval --env sim|replay``.
 
 * `sim_eval`: static trees grid-searched (D, V) on separate tuning episodes of the
-  simulated tree world (`specloop.sim.ltd_env`), then on the evaluation episodes
+  simulated tree world (`specloop.ltd.env_sim`), then on the evaluation episodes
   the best static tree, LTD, its ablations and the reward ablation, plus the
   measured per-decision overhead of the exported actors.
 * `replay_eval`: the same rows on a recording of the real decoder
-  (`specloop.sim.ltd_replay`), grid-searched on a tuning recording, with the
+  (`specloop.ltd.env_replay`), grid-searched on a tuning recording, with the
   held-out grid's best static tree and the clairvoyant per-round oracle.
 * `replay_grid_pairs`: the best static trees of a recording, which the real
-  evaluation re-measures (`specloop.realmodels.ltd_eval.RealEvalConfig.grid_pairs`).
+  evaluation re-measures (`specloop.ltd.eval_real.RealEvalConfig.grid_pairs`).
 
-Rows and grid search: `specloop.strategies.ltd_eval`.
+Rows and grid search: `specloop.ltd.evaluate`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from specloop.strategies.ltd_eval import (ablation_policies, add_named_policies, evaluate_rows, grid_search_static,
+from specloop.ltd.evaluate import (ablation_policies, add_named_policies, evaluate_rows, grid_search_static,
                                           load_optional, replay_ltd_config)
 
 __all__ = ["SimEvalConfig", "sim_eval", "sim_overhead", "ReplayEvalConfig", "replay_eval", "replay_config",
@@ -55,8 +55,8 @@ def sim_eval(config: SimEvalConfig) -> tuple[dict, dict]:
     Raises:
         FileNotFoundError: the policy (or an extra policy) does not exist.
     """
-    from specloop.sim.ltd_env import TreeWorld, run_policy
-    from specloop.strategies.ltd import REWARDS, LTDPolicy, load_policy, variant_name
+    from specloop.ltd.env_sim import TreeWorld, run_policy
+    from specloop.ltd.policy import REWARDS, LTDPolicy, load_policy, variant_name
 
     name = config.policy
     ltd = load_policy(name)
@@ -94,7 +94,7 @@ def sim_eval(config: SimEvalConfig) -> tuple[dict, dict]:
 def sim_overhead(ltd, world, seed: int) -> dict:
     """Measured seconds of the exported actors per decision vs the simulated round
     time: policy_seconds_per_round, round_seconds (s) and overhead_fraction."""
-    from specloop.sim.ltd_env import run_policy
+    from specloop.ltd.env_sim import run_policy
 
     res = run_policy(ltd, world, 4, seed=seed, charge_policy_time=False)
     round_time = res.trace.total_time / len(res.trace)
@@ -104,7 +104,7 @@ def sim_overhead(ltd, world, seed: int) -> dict:
 
 
 def replay_config(data):
-    """The `LTDConfig` a recording (`specloop.sim.ltd_replay.ReplayData`) supports:
+    """The `LTDConfig` a recording (`specloop.ltd.env_replay.ReplayData`) supports:
     its top_k and max_depth, V up to its max_verify."""
     return replay_ltd_config(int(data.meta.get("config", {}).get("top_k", 6)), data.max_depth, data.max_verify)
 
@@ -116,7 +116,7 @@ def replay_grid_pairs(recording: str | Path, top: int) -> list[tuple[int, int]]:
     Raises:
         ValueError: top < 1. FileNotFoundError: no such recording.
     """
-    from specloop.sim.ltd_replay import load_replay, run_replay_policy
+    from specloop.ltd.env_replay import load_replay, run_replay_policy
 
     if top < 1:
         raise ValueError(f"--grid-top must be >= 1, got {top}")
@@ -158,8 +158,8 @@ def replay_eval(config: ReplayEvalConfig) -> tuple[dict, dict]:
     Raises:
         FileNotFoundError: a recording or the policy does not exist.
     """
-    from specloop.sim.ltd_replay import load_replay, oracle_tokens_per_second, run_replay_policy
-    from specloop.strategies.ltd import fine_tuned_label, load_policy, variant_name
+    from specloop.ltd.env_replay import load_replay, oracle_tokens_per_second, run_replay_policy
+    from specloop.ltd.policy import fine_tuned_label, load_policy, variant_name
 
     name = config.policy
     ltd = load_policy(name)

@@ -5,8 +5,8 @@ Learning To Draft (LTD, ICLR 2026) compares its co-trained depth and size
 policies with the best static tree found by a grid search over (depth D, verify
 size V) and with its ablations (depth-only, size-only, the independently trained
 pair, the reward ablation). Everything here is written against a ``run``
-callable, so the simulator (`specloop.sim.ltd_eval`), the replay of recorded
-rounds and the real decoder (`specloop.realmodels.ltd_eval`) share it:
+callable, so the simulator (`specloop.ltd.eval_sim`), the replay of recorded
+rounds and the real decoder (`specloop.ltd.eval_real`) share it:
 
 * ``run(policy) -> (trace, depths, sizes)``: one evaluation pass of a policy; a
   `specloop.record.Trace` and, per round, the tree depth D and verify size V
@@ -41,7 +41,7 @@ def replay_ltd_config(top_k: int, max_depth: int, max_verify: int):
     """The `LTDConfig` a recording of top-``top_k`` trees to depth ``max_depth`` with
     at most ``max_verify`` verified nodes supports: V from `REPLAY_VERIFY_SIZES` up
     to ``max_verify``."""
-    from specloop.strategies.ltd import LTDConfig
+    from specloop.ltd.policy import LTDConfig
 
     sizes = tuple(v for v in REPLAY_VERIFY_SIZES if v <= max_verify)
     return LTDConfig(top_k=top_k, max_depth=max_depth, verify_sizes=sizes)
@@ -53,7 +53,7 @@ def grid_search_static(run: Runner, config, depths: Iterable[int] | None = None,
 
     Args:
         run: ``run(policy) -> (trace, depths, sizes)``.
-        config: the `specloop.strategies.ltd.LTDConfig` of the static policies.
+        config: the `specloop.ltd.policy.LTDConfig` of the static policies.
         depths, sizes: the grid (default: 1..config.max_depth x config.verify_sizes).
         pairs: the (D, V) pairs to try instead of a grid.
 
@@ -61,7 +61,7 @@ def grid_search_static(run: Runner, config, depths: Iterable[int] | None = None,
         (best row, all rows); a row has depth, verify_size, tokens_per_s and
         mean_accepted_length (tokens per round).
     """
-    from specloop.strategies.ltd import LTDPolicy
+    from specloop.ltd.policy import LTDPolicy
 
     if pairs is None:
         pairs = [(d, v) for d in depths or range(1, config.max_depth + 1) for v in sizes or config.verify_sizes]
@@ -78,7 +78,7 @@ def ablation_policies(ltd, independent, best: dict) -> dict:
     LTD (co-trained), depth-only (size static at the best V), size-only (depth
     static at the best D) and, when ``independent`` is not None, the independently
     trained pair. ``ltd``: an `LTDPolicy`; ``best``: a `grid_search_static` row."""
-    from specloop.strategies.ltd import LTDPolicy
+    from specloop.ltd.policy import LTDPolicy
 
     cfg, d, v = ltd.config, best["depth"], best["verify_size"]
     out = {f"static D={d} V={v} (grid best)": LTDPolicy(cfg, static_depth=d, static_verify_size=v),
@@ -91,8 +91,8 @@ def ablation_policies(ltd, independent, best: dict) -> dict:
 
 
 def load_optional(name):
-    """`specloop.strategies.ltd.load_policy` of ``name``, or None when there is no such policy."""
-    from specloop.strategies.ltd import load_policy
+    """`specloop.ltd.policy.load_policy` of ``name``, or None when there is no such policy."""
+    from specloop.ltd.policy import load_policy
 
     try:
         return load_policy(name)
@@ -108,7 +108,7 @@ def parse_policy_names(text: str | None) -> tuple[str, ...]:
 def add_named_policies(policies: dict, names: Iterable[str]) -> dict:
     """Add each named policy (loaded by name or path; FileNotFoundError when missing)
     as a row labelled by its name; returns ``policies``."""
-    from specloop.strategies.ltd import load_policy
+    from specloop.ltd.policy import load_policy
 
     for name in names:
         policies[name] = load_policy(name)

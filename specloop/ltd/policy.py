@@ -15,15 +15,15 @@ throughput reward R_t = L_A / (T_draft + T_verify):
   (`LTDConfig.verify_sizes`); its observation is `size_observation`: D, L and all
   tree candidate probabilities sorted descending and zero-padded.
 
-The engines (``specloop.sim.ltd_env``, ``specloop.realmodels.ltd_env``) build the
+The engines (``specloop.ltd.env_sim``, ``specloop.ltd.env_real``) build the
 same observations from the same plain data, so a policy trained in one engine runs
 in the other. Training (stable-baselines3 PPO) lives in
-`specloop.strategies.ltd_train`; this module only needs torch.
+`specloop.ltd.train`; this module only needs torch.
 
 Files: `save_policy` writes one ``.pt`` file (a dict of tensors and plain values,
 loadable with ``torch.load(weights_only=True)``); `load_policy` accepts a path or a
 name, looked up in ``$SPECLOOP_LTD_DIR`` (default ``~/.cache/specloop/ltd/``) and
-then in the package's ``ltd_pretrained/`` folder.
+then in the package's ``pretrained/`` folder (`specloop/ltd/pretrained/`).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ __all__ = [
 
 FILE_FORMAT_VERSION = 1
 CONTINUE, STOP = 1, 0
-PRETRAINED_DIR = Path(__file__).resolve().parent / "ltd_pretrained"
+PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
 _MAX_CONTEXT_UNITS = 4.0
 
 

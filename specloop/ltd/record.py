@@ -1,7 +1,7 @@
 """Record replayable LTD rounds from the real decoder (issue 8): for *every*
 position of a greedy generation, the drafter's full EAGLE-2 tree and the target's
 greedy token after every node a policy could ever verify, plus the measured
-costs. `specloop.sim.ltd_replay` replays them as an LTD environment.
+costs. `specloop.ltd.env_replay` replays them as an LTD environment.
 
 Why this is exact. Under greedy decoding the target's output does not depend on
 the drafts, and an EAGLE-style drafter's state at position t depends only on the
@@ -38,7 +38,7 @@ from scipy.optimize import isotonic_regression
 from specloop.realmodels.drafters.base import DraftRequest
 from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan, TreePlan
-from specloop.strategies.ltd import LTDConfig, select_subtree
+from specloop.ltd.policy import LTDConfig, select_subtree
 
 __all__ = ["record_prompt", "record_replay", "check_resumable", "measure_round_costs", "verified_union",
            "REPLAY_FORMAT_VERSION", "VERIFY_POINTS"]

@@ -3,8 +3,8 @@ with LTD's settings (stable-baselines3), export to plain torch actors and the
 alternating co-training schedule (LTD, ICLR 2026, Sec. 3 and App. "training").
 
 The environments are engine-agnostic: an *engine* is anything with the
-`LTDEngine` methods (the simulator's `specloop.sim.ltd_env.SimTreeEngine` and the
-real decoder's `specloop.realmodels.ltd_env.RealTreeEngine`), so one definition of
+`LTDEngine` methods (the simulator's `specloop.ltd.env_sim.SimTreeEngine` and the
+real decoder's `specloop.ltd.env_real.RealTreeEngine`), so one definition of
 observation, action and reward serves both halves:
 
 * `DepthEnv`: one step per draft step; an episode is one draft-and-verify cycle.
@@ -35,7 +35,7 @@ import numpy as np
 
 from specloop.record import RoundRecord
 from specloop.strategies.base import DraftStep, TreeCandidates
-from specloop.strategies.ltd import (CONTINUE, LTDConfig, LTDPolicy, MLPActor, cycle_reward,
+from specloop.ltd.policy import (CONTINUE, LTDConfig, LTDPolicy, MLPActor, cycle_reward,
                                      depth_observation, size_observation)
 
 __all__ = ["LTDEngine", "DepthEnv", "SizeEnv", "PPO_SETTINGS", "ppo_kwargs", "train_ppo",

@@ -2,11 +2,11 @@
 rounds: the back ends of ``specloop ltd train --env sim|replay``.
 
 * `train_sim`: the depth and size policies with PPO (initial training of each alone,
-  then alternating co-training, `specloop.strategies.ltd_train.co_train`) in the
+  then alternating co-training, `specloop.ltd.train.co_train`) in the
   simulated tree world; saves ``<name>`` (co-trained) and ``<name>-independent``;
   optionally the reward ablation's size policies ``<name>-size-<reward>``.
 * `train_replay`: the same co-training on rounds recorded from the real decoder
-  (`specloop.sim.ltd_replay`), or the fine-tuning of an initial policy there.
+  (`specloop.ltd.env_replay`), or the fine-tuning of an initial policy there.
 
 Both return the saved paths (in saving order) and the training metadata; the caller
 writes the training log.
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from specloop.strategies.ltd_train import CoTrainSchedule
+from specloop.ltd.train import CoTrainSchedule
 
 __all__ = ["SimTrainConfig", "train_sim", "ReplayTrainConfig", "train_replay"]
 
@@ -30,7 +30,7 @@ class SimTrainConfig:
         name: policy name (saved in the LTD policy store) or file path.
         schedule: PPO step budgets (`CoTrainSchedule`).
         seed: PPO / environment seed.
-        reward: `specloop.strategies.ltd.REWARDS` name of the co-training reward.
+        reward: `specloop.ltd.policy.REWARDS` name of the co-training reward.
         reward_rate: (net_tokens) tokens per target-forward time to beat.
         reward_ablation: also train size policies on the other paper rewards.
         ablation_only: train only those, not the co-trained pair.
@@ -53,9 +53,9 @@ def train_sim(config: SimTrainConfig) -> dict:
         reward, seed, world, cost_source, stages), "reward_ablation": {reward:
         {"path", "seconds"}}}.
     """
-    from specloop.sim.ltd_env import SimTreeEngine, TreeWorld, make_size_env
-    from specloop.strategies.ltd import PAPER_REWARDS, LTDConfig, LTDPolicy, save_policy, variant_name
-    from specloop.strategies.ltd_train import co_train, train_ppo
+    from specloop.ltd.env_sim import SimTreeEngine, TreeWorld, make_size_env
+    from specloop.ltd.policy import PAPER_REWARDS, LTDConfig, LTDPolicy, save_policy, variant_name
+    from specloop.ltd.train import co_train, train_ppo
 
     ltd_config = LTDConfig()
     world = TreeWorld(config=ltd_config)
@@ -111,7 +111,7 @@ class ReplayTrainConfig:
 def train_replay(config: ReplayTrainConfig, log: Callable[[str], None] | None = None) -> dict:
     """Co-train LTD on the recording, saving ``name`` and ``name``-independent; with
     ``init``, fine-tune that policy there instead
-    (`specloop.strategies.ltd_train.fine_tune`) and save it as ``name``. ``log``
+    (`specloop.ltd.train.fine_tune`) and save it as ``name``. ``log``
     gets the derived net_tokens rate (one line) before training starts.
 
     Returns:
@@ -122,11 +122,11 @@ def train_replay(config: ReplayTrainConfig, log: Callable[[str], None] | None = 
         ValueError: the schedule's fixed V exceeds the recording's largest V.
         FileNotFoundError: no such recording or init policy.
     """
-    from specloop.sim.ltd_eval import replay_config
-    from specloop.sim.ltd_replay import ReplayTreeEngine, load_replay, run_replay_policy
-    from specloop.strategies.ltd import load_policy, save_policy, variant_name
-    from specloop.strategies.ltd_eval import grid_search_static
-    from specloop.strategies.ltd_train import co_train, fine_tune
+    from specloop.ltd.eval_sim import replay_config
+    from specloop.ltd.env_replay import ReplayTreeEngine, load_replay, run_replay_policy
+    from specloop.ltd.policy import load_policy, save_policy, variant_name
+    from specloop.ltd.evaluate import grid_search_static
+    from specloop.ltd.train import co_train, fine_tune
 
     schedule, name = config.schedule, config.name
     data = load_replay(config.replay)

@@ -560,7 +560,7 @@ def check_batched(target, out_dir, stream_indices, eos_ids=None) -> dict:
     from specloop.realmodels.decoder import SpeculativeDecoder
     from specloop.realmodels.loading import LoadedModel
     from specloop.realmodels.policy import FixedDraftPolicy
-    from specloop.realmodels.stream import NoDraft
+    from specloop.realmodels.streams.runner import NoDraft
     recording = open_recording(out_dir)
     loaded = target if isinstance(target, LoadedModel) else LoadedModel(target, None, "target", "stream-record")
     eos = recording.manifest["model"]["eos_ids"] if eos_ids is None else sorted(int(e) for e in eos_ids)

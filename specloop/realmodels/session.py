@@ -39,7 +39,7 @@ from specloop.realmodels.verify import VerifyOutcome, children_lists, verify_gre
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, PlanState, TreeCandidates
 from specloop.strategies.engine import RoundHooks, chain_step, layer_draft_step
-from specloop.strategies.ltd import select_subtree
+from specloop.ltd.policy import select_subtree
 
 __all__ = ["DecodeSession", "GenerationResult", "TargetPass"]
 
@@ -355,7 +355,7 @@ class DecodeSession:
 
     def _verify_seconds(self, passed: TargetPass, measured: float) -> float:
         """The round's verify seconds: the measured ones (a replay prices the forward
-        instead, `specloop.realmodels.replay`)."""
+        instead, `specloop.realmodels.streams.replay`)."""
         return measured
 
     def _feedback(self, passed: TargetPass, outcome: VerifyOutcome, p_target, committed: list[int],

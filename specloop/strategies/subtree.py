@@ -1,7 +1,7 @@
 """Keeping part of a drafted tree: the one "keep these nodes and re-index their parents"
 helper that every engine and drafter uses (real proposals through
 `specloop.realmodels.drafters.base.DraftProposal.subset`, simulated trees in
-`specloop.sim.trees`, LTD's verification size in `specloop.strategies.ltd`).
+`specloop.sim.trees`, LTD's verification size in `specloop.ltd.policy`).
 
 A tree is stored in topological order as ``parents`` (int, (n,), -1 for a child of the
 root / pending token, else an index smaller than the node's own). Keeping a set of

@@ -39,12 +39,12 @@ def test_cli_help_imports_no_torch():
 
 
 def test_reward_choices_are_the_strategy_rewards():
-    from specloop.strategies.ltd import REWARDS
+    from specloop.ltd.policy import REWARDS
     assert tuple(REWARD_CHOICES) == tuple(REWARDS)
 
 
 def test_variant_names_of_names_and_paths():
-    from specloop.strategies.ltd import variant_name
+    from specloop.ltd.policy import variant_name
     assert variant_name("ltd-sim", "-independent") == "ltd-sim-independent"
     assert variant_name("/tmp/x/p", "-size-time_cost") == "/tmp/x/p-size-time_cost"
     assert variant_name("/tmp/x/p.pt", "-independent") == "/tmp/x/p-independent.pt"
@@ -66,7 +66,7 @@ TINY = ["--depth-steps", "32", "--size-steps", "32", "--rounds", "1", "--co-dept
 
 
 def test_train_and_eval_with_a_path_name(tmp_path, monkeypatch, capsys):
-    from specloop.strategies.ltd import load_policy
+    from specloop.ltd.policy import load_policy
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))   # nothing may land in the cache
     target = tmp_path / "x" / "mypolicy"
     out = tmp_path / "out"
@@ -97,7 +97,7 @@ def test_train_and_eval_with_a_path_name(tmp_path, monkeypatch, capsys):
 
 
 def test_ablation_only_trains_just_the_reward_ablation(tmp_path, monkeypatch):
-    from specloop.strategies.ltd import load_policy
+    from specloop.ltd.policy import load_policy
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))
     target = tmp_path / "p.pt"
     assert main(["ltd", "train", "--env", "sim", "--name", str(target), "--out", str(tmp_path),
@@ -112,7 +112,7 @@ def test_ablation_only_trains_just_the_reward_ablation(tmp_path, monkeypatch):
 
 def test_shipped_reward_ablation_policies_load_by_name(tmp_path, monkeypatch):
     """`specloop ltd eval` looks up ``ltd-sim-size-<reward>`` for the reward ablation."""
-    from specloop.strategies.ltd import PAPER_REWARDS, PRETRAINED_DIR, load_policy, variant_name
+    from specloop.ltd.policy import PAPER_REWARDS, PRETRAINED_DIR, load_policy, variant_name
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path))          # an empty cache: the package copy
     base = load_policy("ltd-sim")
     for reward in PAPER_REWARDS[1:]:
@@ -127,8 +127,8 @@ def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
     """``--env replay`` on a synthetic recording: train saves the pair, eval reports
     the rows, the held-out best static tree and the clairvoyant oracle, and the real
     eval's replay preselection returns the best ``--grid-top`` static trees."""
-    from specloop.sim.ltd_eval import replay_grid_pairs
-    from specloop.strategies.ltd import load_policy
+    from specloop.ltd.eval_sim import replay_grid_pairs
+    from specloop.ltd.policy import load_policy
     from tests.sim.test_ltd_replay import write_replay
 
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))
@@ -159,7 +159,7 @@ def test_train_and_eval_on_a_replay(tmp_path, monkeypatch, capsys):
 def test_replay_fine_tune_from_an_init_policy(tmp_path, monkeypatch):
     """``ltd train --env replay --init P`` fine-tunes P on the recording (``--rounds``
     alternations of depth then size) and saves one policy with P's config."""
-    from specloop.strategies.ltd import load_policy
+    from specloop.ltd.policy import load_policy
     from tests.sim.test_ltd_replay import write_replay
 
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))
@@ -179,7 +179,7 @@ def test_replay_fine_tune_from_an_init_policy(tmp_path, monkeypatch):
     assert main(common + ["--name", str(tmp_path / "x.pt"), "--init", str(tmp_path / "missing.pt")]) == 2
     assert main(["ltd", "eval", "--env", "replay", "--replay", str(replay), "--tune-replay", str(replay),
                  "--policy", str(base), "--fine-tuned", str(tuned), "--out", str(tmp_path / "eval")]) == 0
-    from specloop.strategies.ltd import fine_tuned_label
+    from specloop.ltd.policy import fine_tuned_label
     rows = json.loads((tmp_path / "eval" / "ltd_eval_replay.json").read_text())["rows"]
     assert fine_tuned_label(str(tuned)) in [r["config"] for r in rows]
 
@@ -204,7 +204,7 @@ def test_record_refuses_other_settings_before_loading_a_model(tmp_path, monkeypa
 
 def test_shipped_replay_policies_load_by_name(tmp_path, monkeypatch):
     """The replay-trained pair ships with the config of its recording (depth 8, V up to 48)."""
-    from specloop.strategies.ltd import PRETRAINED_DIR, load_policy
+    from specloop.ltd.policy import PRETRAINED_DIR, load_policy
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path))
     for name in ("ltd-replay", "ltd-replay-independent", "ltd-replay-throughput"):
         assert (PRETRAINED_DIR / f"{name}.pt").stat().st_size < 10 * 2**20
@@ -218,7 +218,7 @@ def test_paired_rows_cancel_drift_and_alternate_order():
     """A machine slowing down 10 % per run: alternating the order per prompt cancels
     the drift to first order (paired ratio 1.256 for a true 1.25x; running one
     policy after the other in a fixed order would give 1.25 / 1.1 = 1.14)."""
-    from specloop.strategies.ltd_eval import evaluate_rows_paired
+    from specloop.ltd.evaluate import evaluate_rows_paired
     from specloop.record import RoundRecord, Trace
 
     calls, clock = [], [1.0]

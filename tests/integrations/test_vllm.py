@@ -13,7 +13,7 @@ import torch
 
 from specloop.integrations.vllm import Proposer
 from specloop.realmodels.drafters.base import DraftRequest
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan
 

@@ -54,7 +54,7 @@ def registered_roundtrip(kind: str, tmp_path, steps: int = 20, **train_options):
     """Train ``kind`` through the trainer registry on a tiny feature cache
     (``feature_root`` with train/val parts), then build its drafter through the
     decoder's drafter registry from the saved folder. Returns (drafter, report, target)."""
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.loading import LoadedModel
     from specloop.realmodels.training.trainer import TrainConfig, get_trainer
     model = tiny_target(layers=3)

@@ -316,7 +316,7 @@ def test_smollm2_greedy_identical(smollm2, prompt_corpus, shape):
 
 
 def test_registry_builds_datastore_drafter(smollm2, index):
-    from specloop.realmodels.drafters.registry import drafter_names, make_drafter
+    from specloop.realmodels.registry.drafters import drafter_names, make_drafter
     assert "ngram-datastore" in drafter_names()
     drafter = make_drafter("ngram-datastore", smollm2, index=index, max_ngram=4, dtype="float32")
     assert isinstance(drafter, DatastoreDrafter) and drafter.index is index and drafter.max_ngram == 4

@@ -38,7 +38,7 @@ def plain(target):
 
 
 def _head(kind: str, target):
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     try:
         drafter = make_drafter(kind, target, train_if_missing=False, progress=False)
     except FileNotFoundError:

@@ -187,7 +187,7 @@ def test_registered_trainer_saves_a_draft_the_registry_loads(tmp_path):
     plain = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(0), eos_token_id=NO_EOS).generate(prompt, 12)
     spec = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(5), eos_token_id=NO_EOS).generate(prompt, 12)
     assert spec.new_tokens == plain.new_tokens
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     with pytest.raises(FileNotFoundError, match="draft train"):
         make_drafter("hydra", target, checkpoint=str(tmp_path / "nothing"), train_if_missing=False)
 

@@ -34,7 +34,7 @@ def _fresh(kind: str, target):
 
 
 def _drafter(kind: str, target):
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     try:
         return make_drafter(kind, target, train_if_missing=False, progress=False)
     except FileNotFoundError:

@@ -34,9 +34,9 @@ def test_parse_head():
 
 def test_replayed_rows_equal_the_real_decoder(target, tmp_path):
     from specloop.realmodels.decoder import SpeculativeDecoder
-    from specloop.realmodels.drafters.registry import make_drafter
-    from specloop.realmodels.replay import load_verify_cost
-    from specloop.realmodels.stream_record import open_recording, recorded_items
+    from specloop.realmodels.registry.drafters import make_drafter
+    from specloop.realmodels.streams.replay import load_verify_cost
+    from specloop.realmodels.recording import open_recording, recorded_items
     from specloop.realmodels.training.trainer import get_trainer
     folder = _record(target, tmp_path / "rec")
     get_trainer("eagle3")(_config("eagle3", folder, tmp_path / "head", steps=60), loaded=target, progress=False)

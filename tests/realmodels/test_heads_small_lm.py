@@ -127,7 +127,7 @@ def test_registered_trainer_saves_a_draft_the_registry_loads(tmp_path):
 
 
 def test_small_lm_name_with_a_model_option_delegates_to_the_decoder_factory():
-    from specloop.realmodels.heads.head_factories import make_distilled_small_lm_drafter
+    from specloop.realmodels.registry.head_factories import make_distilled_small_lm_drafter
     target = LoadedModel(tiny_target(), None, "tiny", "test")
     with pytest.raises(FileNotFoundError):
         make_distilled_small_lm_drafter(target, model="/nonexistent/model/dir")

@@ -13,7 +13,7 @@ from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, VerifyFeedback
 from specloop.realmodels.drafters.hedge import HedgeDrafter, greedy_feedback, parse_hedge_name
 from specloop.realmodels.drafters.ngram import NGramDrafter
-from specloop.realmodels.drafters.registry import check_drafter_name, make_drafter
+from specloop.realmodels.registry.drafters import check_drafter_name, make_drafter
 from specloop.realmodels.drafters.suffix import SuffixDrafter
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
 from specloop.realmodels.sampling import SamplingConfig

@@ -10,7 +10,7 @@ import torch
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.hedge import HedgeDrafter
 from specloop.realmodels.drafters.ngram import NGramDrafter
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.drafters.suffix import SuffixDrafter, shipped_verify_cost
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
 from tests.realmodels.decoder_util import SpyDrafter, one_thread  # noqa: F401

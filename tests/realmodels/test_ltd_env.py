@@ -14,12 +14,12 @@ from gymnasium.utils.passive_env_checker import env_reset_passive_checker, env_s
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, DraftRequest, policy_continues,
                                               policy_verify_size)
-from specloop.realmodels.ltd_env import (RealHarness, RealTreeEngine, make_real_depth_env, make_real_size_env,
+from specloop.ltd.env_real import (RealHarness, RealTreeEngine, make_real_depth_env, make_real_size_env,
                                          select_subtree)
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.record import RoundRecord
 from specloop.strategies.base import DraftPlan, TreePlan
-from specloop.strategies.ltd import LTDConfig, LTDPolicy, cycle_reward
+from specloop.ltd.policy import LTDConfig, LTDPolicy, cycle_reward
 from tests.realmodels.heads_b_util import VOCAB, tiny_target
 
 CFG = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
@@ -201,7 +201,7 @@ def test_real_env_seeded_determinism_of_observations(harness):
 def test_round_costs_are_timed_on_decoder_rounds(harness):
     """`measure_round_costs`: per-depth draft seconds and a non-decreasing verify
     table over every token count, from real rounds of the tiny target."""
-    from specloop.realmodels.ltd_record import measure_round_costs
+    from specloop.ltd.record import measure_round_costs
 
     costs = measure_round_costs(harness.target, harness.base, harness.prompts[0], CFG, max_depth=3, max_verify=8,
                                 repeats=1, tokens=6)

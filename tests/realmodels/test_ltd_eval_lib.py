@@ -1,4 +1,4 @@
-"""`specloop.realmodels.ltd_eval` and `specloop.sim.ltd_eval`: typed configs behind
+"""`specloop.ltd.eval_real` and `specloop.ltd.eval_sim`: typed configs behind
 ``specloop ltd eval|record``; the target comes from the config (default the model
 registry's), the CLI's JSON is the library's result, nothing needs an argparse object."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specloop.realmodels.ltd_eval import RealEvalConfig, RealLTDSetup, RecordConfig, real_eval, record_real
+from specloop.ltd.eval_real import RealEvalConfig, RealLTDSetup, RecordConfig, real_eval, record_real
 
 
 def test_default_target_is_the_registrys_first_name():
@@ -52,9 +52,9 @@ def test_replay_train_and_eval_are_the_cli_json(tmp_path, monkeypatch, capsys):
     """`train_replay` trains without argparse; ``ltd eval --env replay --json`` prints
     `replay_eval`'s result (a replay is deterministic)."""
     from specloop.cli import main
-    from specloop.sim.ltd_eval import ReplayEvalConfig, replay_eval
-    from specloop.sim.ltd_training import ReplayTrainConfig, train_replay
-    from specloop.strategies.ltd_train import CoTrainSchedule
+    from specloop.ltd.eval_sim import ReplayEvalConfig, replay_eval
+    from specloop.ltd.train_sim import ReplayTrainConfig, train_replay
+    from specloop.ltd.train import CoTrainSchedule
     from tests.sim.test_ltd_replay import write_replay
 
     monkeypatch.setenv("SPECLOOP_LTD_DIR", str(tmp_path / "cache"))

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from specloop.realmodels.drafters.registry import make_drafter
-from specloop.realmodels.ltd_env import RealHarness
-from specloop.realmodels.ltd_record import record_replay
-from specloop.sim.ltd_replay import load_replay, run_replay_policy
-from specloop.strategies.ltd import LTDConfig, LTDPolicy
+from specloop.realmodels.registry.drafters import make_drafter
+from specloop.ltd.env_real import RealHarness
+from specloop.ltd.record import record_replay
+from specloop.ltd.env_replay import load_replay, run_replay_policy
+from specloop.ltd.policy import LTDConfig, LTDPolicy
 
 CFG = LTDConfig(top_k=6, max_depth=4, verify_sizes=(2, 4, 8, 12, 16))
 TOKENS = 14

@@ -24,9 +24,9 @@ def test_default_chunks_are_the_chunks_holding_each_domains_last_prompt():
 
 
 def test_check_chunk_real_decoder_equals_the_replay(target, tmp_path):
-    from specloop.realmodels.drafters.registry import make_drafter
-    from specloop.realmodels.online_heldout import apply_snapshot
-    from specloop.realmodels.stream_record import open_recording, recorded_items
+    from specloop.realmodels.registry.drafters import make_drafter
+    from specloop.realmodels.streams.online_heldout import apply_snapshot
+    from specloop.realmodels.recording import open_recording, recorded_items
     from specloop.realmodels.training.trainer import get_trainer
     folder = _record(target, tmp_path / "rec")
     get_trainer("hydra")(_config("hydra", folder, tmp_path / "head", steps=40), loaded=target, progress=False)

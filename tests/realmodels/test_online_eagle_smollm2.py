@@ -24,7 +24,7 @@ def test_eagle3_online_labels_each_output_with_the_token_two_ahead(target):
     -- the argmax of its target row under greedy decoding -- must be that token:
     next_tokens[i + 1], or, for the last verified position, the token the next
     round's window ends with (when that round follows in the same prompt)."""
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     inner = make_drafter("eagle3", target, train_if_missing=False, progress=False)
     adapter = OnlineAdapter(inner, OnlineConfig(learner="ogd", lr=1e-4, mode="chunk"))
     decoder = SpeculativeDecoder(target, OnlineDrafter(inner, adapter), policy=FixedDraftPolicy(3))

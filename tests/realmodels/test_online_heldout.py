@@ -1,4 +1,4 @@
-"""`specloop.realmodels.online_heldout` and ``StreamRunner(snapshot_chunks=True)``: per-chunk
+"""`specloop.realmodels.streams.online_heldout` and ``StreamRunner(snapshot_chunks=True)``: per-chunk
 snapshots (once per chunk, only with the flag, records unchanged, resume-safe), the
 held-out losses against a plain per-position loop, the before / after snapshots of each
 row, and the in-domain offline reference (tiny random Llama target recorded here)."""
@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from specloop.data.streams import StreamItem
-from specloop.realmodels.online_heldout import (apply_snapshot, evaluate_draft, heldout_set, load_snapshot,
+from specloop.realmodels.streams.online_heldout import (apply_snapshot, evaluate_draft, heldout_set, load_snapshot,
                                                 offline_rows, online_heldout)
-from specloop.realmodels.stream import StreamConfig, StreamRunner, chunk_snapshot_path
-from specloop.realmodels.stream_record import RecordSettings, open_recording, record_stream
+from specloop.realmodels.streams.runner import StreamConfig, StreamRunner, chunk_snapshot_path
+from specloop.realmodels.recording import RecordSettings, open_recording, record_stream
 from specloop.record import Trace
 from specloop.theory.speedup import VerifyCostTable
 

@@ -13,7 +13,7 @@ from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.online import (DEFAULT_LR, LEARNER_KINDS, OnlineAdapter, OnlineConfig, OnlineDrafter,
                                         make_learner)
 from specloop.realmodels.policy import FixedDraftPolicy
-from specloop.realmodels.stream import METHODS
+from specloop.realmodels.streams.runner import METHODS
 from specloop.strategies import Preconditioned
 from specloop.strategies.registry import LEARNER_ALIASES, LEARNER_NAMES
 from tests.realmodels.test_online_util import NO_EOS, hydra_drafter, prompts, tiny_loaded

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from specloop.cli import main
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
 from specloop.realmodels.heads.eagle_drafter import EagleDrafter
 from specloop.realmodels.heads.common import ReducedVocab

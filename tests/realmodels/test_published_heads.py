@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from specloop.realmodels.decoder import SpeculativeDecoder
-from specloop.realmodels.drafters.registry import check_drafter_name, make_drafter
+from specloop.realmodels.registry.drafters import check_drafter_name, make_drafter
 from specloop.realmodels.heads.published import (load_published_eagle, load_published_eagle3,
                                                  load_published_medusa, rope_inv_freq)
 from specloop.realmodels.heads.published_hydra import load_published_hydra

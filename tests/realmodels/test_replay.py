@@ -1,4 +1,4 @@
-"""`specloop.realmodels.replay`: a recorded stream replayed equals the real decoder round
+"""`specloop.realmodels.streams.replay`: a recorded stream replayed equals the real decoder round
 for round (tiny random Llama target recorded here, float32): frozen drafts (n-gram,
 Hydra chain and tree), an online Hydra (per-round micro-updates), EOS inside a block;
 and the replay's refusals."""
@@ -12,9 +12,9 @@ import torch
 from specloop.data.streams import StreamItem
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.policy import FixedDraftPolicy
-from specloop.realmodels.replay import ReplayDecoder, load_verify_cost
+from specloop.realmodels.streams.replay import ReplayDecoder, load_verify_cost
 from specloop.realmodels.sampling import SamplingConfig
-from specloop.realmodels.stream_record import RecordSettings, open_recording, record_stream
+from specloop.realmodels.recording import RecordSettings, open_recording, record_stream
 from specloop.strategies.base import TreePlan
 from specloop.theory.speedup import VerifyCostTable
 
@@ -166,14 +166,14 @@ def _table(rec):
 
 
 def _config(**online):
-    from specloop.realmodels.stream import StreamConfig
+    from specloop.realmodels.streams.runner import StreamConfig
     return StreamConfig(chunk=2, max_new_tokens=NEW, num_draft_tokens=3,
                         online={"mode": "round", "lr": 0.05, "top_m": 8, **online}, seed=0)
 
 
 def test_check_replay_matches_and_stream_runner_replays_resumably(target, recording, tmp_path):
-    from specloop.realmodels.replay_check import check_replay
-    from specloop.realmodels.stream import StreamRunner
+    from specloop.realmodels.streams.replay_check import check_replay
+    from specloop.realmodels.streams.runner import StreamRunner
     from specloop.record import Trace
     rec, items = recording
     result = check_replay(rec, target, ["hydra", "opt-hydra"], _config(), prompts=4, verify_cost=COST,
@@ -202,8 +202,8 @@ def test_check_replay_matches_and_stream_runner_replays_resumably(target, record
 
 
 def test_sub_stream_replays_the_recordings_own_prompts(target, recording, tmp_path):
-    from specloop.realmodels.stream import StreamRunner
-    from specloop.realmodels.stream_record import recorded_items
+    from specloop.realmodels.streams.runner import StreamRunner
+    from specloop.realmodels.recording import recorded_items
     from specloop.record import Trace
     rec, items = recording
     sub = recorded_items(rec, every=2)

@@ -11,7 +11,7 @@ import torch
 
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.ngram import NGramDrafter
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.drafters.small_lm import SmallLMDrafter
 from tests.realmodels.decoder_util import one_thread  # noqa: F401
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from specloop.realmodels.stream import (BASELINE, METHODS, StreamConfig, StreamRunner, resolve_method,
+from specloop.realmodels.streams.runner import (BASELINE, METHODS, StreamConfig, StreamRunner, resolve_method,
                                         summarise)
 from specloop.record import Trace
 from tests.realmodels.decoder_util import plain_greedy

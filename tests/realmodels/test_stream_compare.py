@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specloop.realmodels.stream_compare import domain_accepted_length, paired_gain, per_prompt_counts
+from specloop.realmodels.streams.compare import domain_accepted_length, paired_gain, per_prompt_counts
 
 
 def rows(taus, rounds=10):

@@ -11,7 +11,7 @@ import pytest
 
 from specloop.realmodels.drafters.hedge import HEDGE_SOURCES_DRAFTER, STREAM_DRAFT_SECONDS, HedgeDrafter
 from specloop.realmodels.online import load_checkpoint, save_checkpoint
-from specloop.realmodels.stream import StreamConfig, StreamRunner, resolve_method
+from specloop.realmodels.streams.runner import StreamConfig, StreamRunner, resolve_method
 from specloop.record import Trace
 from tests.realmodels.decoder_util import plain_greedy
 from tests.realmodels.test_online_util import prompts, tiny_loaded
@@ -102,7 +102,7 @@ def test_resume_without_the_drafter_state_differs(target, tmp_path):
 
 
 def test_state_with_other_fixed_costs_is_refused(target):
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     a = make_drafter(HEDGE_SOURCES_DRAFTER, target)
     b = make_drafter("hedge:suffix@1ms,ngram@1ms", target)
     assert isinstance(a, HedgeDrafter) and a.draft_seconds == pytest.approx([160e-6, 70e-6])

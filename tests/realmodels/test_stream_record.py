@@ -1,4 +1,4 @@
-"""`specloop.realmodels.stream_record`: batched greedy recording of a stream's target
+"""`specloop.realmodels.recording`: batched greedy recording of a stream's target
 side, on tiny random Llama models built here (no tokenizer: items carry token ids)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specloop.data.streams import StreamItem
-from specloop.realmodels.stream_record import (RecordSettings, check_settings, generate_batch,
+from specloop.realmodels.recording import (RecordSettings, check_settings, generate_batch,
                                                head_feature_layers, open_recording, record_stream)
 
 from .decoder_util import one_thread, plain_greedy, tiny_llama  # noqa: F401
@@ -211,6 +211,6 @@ def test_float32_features_and_older_float16_manifests(model, tmp_path):
 
 
 def test_first_difference():
-    from specloop.realmodels.stream_record import first_difference
+    from specloop.realmodels.recording import first_difference
     assert first_difference([1, 2, 3], [1, 5, 3]) == 1
     assert first_difference([1, 2], [1, 2, 3]) == 2 and first_difference([], [4]) == 0

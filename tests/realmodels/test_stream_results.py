@@ -1,4 +1,4 @@
-"""`specloop.realmodels.stream_results`: the stream's result object and plot as a
+"""`specloop.realmodels.streams.results`: the stream's result object and plot as a
 library (the CLI and the figure read its return value), with the CLI's defaults."""
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from specloop.realmodels.stream import BASELINE, StreamConfig
-from specloop.realmodels.stream_results import (STREAM_ONLINE_DEFAULTS, StreamRun, plot_stream, serve_stream,
+from specloop.realmodels.streams.runner import BASELINE, StreamConfig
+from specloop.realmodels.streams.results import (STREAM_ONLINE_DEFAULTS, StreamRun, plot_stream, serve_stream,
                                                 stream_result)
 
 

@@ -1,4 +1,4 @@
-"""`specloop.realmodels.stream_scale` (the online-at-scale grid) and its results: the
+"""`specloop.realmodels.streams.scale` (the online-at-scale grid) and its results: the
 job plan, equal records from the serial and the process-pool backends on a tiny
 recording, resume, the aggregation and the targets' verdicts, the CLI's refusals."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import math
 
 import pytest
 
-from specloop.realmodels.stream_scale import (GridSettings, ScaleJob, baseline_job, paper_chunk, plan_jobs,
+from specloop.realmodels.streams.scale import (GridSettings, ScaleJob, baseline_job, paper_chunk, plan_jobs,
                                               run_grid)
-from specloop.realmodels.stream_scale_results import protocol_summary, scale_targets, t_grid, write_results
+from specloop.realmodels.streams.scale_results import protocol_summary, scale_targets, t_grid, write_results
 
 
 def test_plan_jobs_seeds_learning_rates_and_paper_chunks():

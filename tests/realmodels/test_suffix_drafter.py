@@ -11,7 +11,7 @@ import torch
 
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.base import DraftRequest
-from specloop.realmodels.drafters.registry import make_drafter
+from specloop.realmodels.registry.drafters import make_drafter
 from specloop.realmodels.drafters.suffix import SuffixDrafter, shipped_verify_cost
 from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
 from specloop.realmodels.sampling import SamplingConfig

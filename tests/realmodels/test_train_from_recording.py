@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specloop.data.streams import StreamItem
-from specloop.realmodels.stream_record import (RecordSettings, head_feature_layers, open_recording,
+from specloop.realmodels.recording import (RecordSettings, head_feature_layers, open_recording,
                                                record_stream)
 from specloop.realmodels.training.recording_data import (VAL_EVERY, npz_memmaps, open_recording_splits)
 from specloop.realmodels.training.trainer import TrainConfig, get_trainer
@@ -189,9 +189,9 @@ def test_cli_maps_recording_options_to_the_config(recording):
 @pytest.mark.parametrize("kind", ["eagle", "eagle3", "hydra", "medusa", "small-lm"])
 def test_saved_draft_loads_through_the_registry_and_drafts_losslessly(target, recording, tmp_path, kind):
     from specloop.realmodels.decoder import SpeculativeDecoder
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.policy import FixedDraftPolicy
-    from specloop.realmodels.stream import _draft_id
+    from specloop.realmodels.streams.runner import _draft_id
     report = get_trainer(kind)(_config(kind, recording, tmp_path / kind, steps=60), loaded=target, progress=False)
     saved = json.loads((tmp_path / kind / "draft.json").read_text())
     note = saved["train_config"]["recording_data"]
@@ -234,7 +234,7 @@ def test_revocab_continues_a_head_on_the_recording_vocabulary(target, recording,
     from safetensors.torch import load_file
 
     from specloop.realmodels.decoder import SpeculativeDecoder
-    from specloop.realmodels.drafters.registry import make_drafter
+    from specloop.realmodels.registry.drafters import make_drafter
     from specloop.realmodels.policy import FixedDraftPolicy
     d2t_key, rows_key = _ROWS[kind]
     get_trainer(kind)(_config(kind, recording, tmp_path / "a", steps=20, draft_vocab_size=12),

@@ -14,7 +14,7 @@ def _record(stream_index: int, tokens: int, seconds: float):
 
 
 def test_paired_rows_keep_the_seconds_of_every_pair():
-    from specloop.strategies.ltd_eval import evaluate_rows_paired
+    from specloop.ltd.evaluate import evaluate_rows_paired
     from specloop.figures.ltd import paired_speed_ratio
     from specloop.record import Trace
 
@@ -37,7 +37,7 @@ def test_paired_rows_keep_the_seconds_of_every_pair():
 
 
 def test_unpaired_rows_give_tokens_per_s_per_episode():
-    from specloop.strategies.ltd_eval import evaluate_rows
+    from specloop.ltd.evaluate import evaluate_rows
     from specloop.figures.ltd import paired_speed_ratio
     from specloop.record import Trace
 

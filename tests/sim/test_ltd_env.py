@@ -8,11 +8,11 @@ from gymnasium.utils.env_checker import check_env
 from scipy import stats
 
 from specloop.record import RoundRecord
-from specloop.sim.ltd_env import SimTreeEngine, TreeWorld, TreeWorldOptions, make_depth_env, make_size_env, run_policy
+from specloop.ltd.env_sim import SimTreeEngine, TreeWorld, TreeWorldOptions, make_depth_env, make_size_env, run_policy
 from specloop.sim.trees import simulate_tree_tables
 from specloop.strategies.base import TreePlan
-from specloop.strategies.ltd import LTDConfig, LTDPolicy, MLPActor, cycle_reward
-from specloop.strategies.ltd_train import train_ppo
+from specloop.ltd.policy import LTDConfig, LTDPolicy, MLPActor, cycle_reward
+from specloop.ltd.train import train_ppo
 from specloop.strategies.trees import DynamicTree
 
 CFG = LTDConfig(top_k=3, max_depth=5, verify_sizes=(2, 4, 8, 12), size_obs_probs=24)
@@ -177,8 +177,8 @@ def test_fine_tune_continues_from_the_policy_and_leaves_it_untouched(world):
     change the policy it was given."""
     import torch
 
-    from specloop.sim.ltd_env import SimTreeEngine
-    from specloop.strategies.ltd_train import fine_tune
+    from specloop.ltd.env_sim import SimTreeEngine
+    from specloop.ltd.train import fine_tune
 
     depth = train_ppo(make_depth_env(world=world), "depth", 64, seed=0, n_steps=32)[1]
     size = train_ppo(make_size_env(world=world), "size", 64, seed=1, n_steps=32)[1]

@@ -1,4 +1,4 @@
-"""The LTD replay environment over recorded rounds (`specloop.sim.ltd_replay`), on
+"""The LTD replay environment over recorded rounds (`specloop.ltd.env_replay`), on
 synthetic recordings whose greedy output is known: a round accepts the longest
 prefix of the true continuation present as a kept path."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from gymnasium.utils import env_checker
 
-from specloop.strategies.ltd_eval import grid_search_static
-from specloop.sim.ltd_replay import (ReplayTreeEngine, accepted_path, load_replay, oracle_tokens_per_second,
+from specloop.ltd.evaluate import grid_search_static
+from specloop.ltd.env_replay import (ReplayTreeEngine, accepted_path, load_replay, oracle_tokens_per_second,
                                      run_replay_policy)
-from specloop.strategies.ltd import LTDConfig, LTDPolicy, select_subtree
-from specloop.strategies.ltd_train import DepthEnv, SizeEnv
+from specloop.ltd.policy import LTDConfig, LTDPolicy, select_subtree
+from specloop.ltd.train import DepthEnv, SizeEnv
 
 CFG = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
 VOCAB = 20

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from specloop.record import RoundRecord
 from specloop.strategies.base import DraftPlan, DraftPolicy, DraftStep, PlanState, TreeCandidates
-from specloop.strategies.ltd import (LTDConfig, LTDPolicy, MLPActor, cycle_reward, depth_observation,
+from specloop.ltd.policy import (LTDConfig, LTDPolicy, MLPActor, cycle_reward, depth_observation,
                                      load_policy, policy_path, save_policy, size_observation)
 
 CFG = LTDConfig(top_k=4, max_depth=6, verify_sizes=(2, 4, 8, 16), size_obs_probs=24)
@@ -210,7 +210,7 @@ def test_load_errors(tmp_path, monkeypatch):
 
 
 def test_shipped_pretrained_policy_loads_if_present():
-    from specloop.strategies.ltd import PRETRAINED_DIR
+    from specloop.ltd.policy import PRETRAINED_DIR
     files = sorted(PRETRAINED_DIR.glob("*.pt")) if PRETRAINED_DIR.is_dir() else []
     for path in files:
         policy = load_policy(path)

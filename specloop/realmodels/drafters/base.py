@@ -150,7 +150,7 @@ class DraftProposal:
 
         Args:
             keep: int sequence / array / tensor (m,), strictly increasing node indices
-                closed under ancestors (e.g. `specloop.strategies.ltd.select_subtree`).
+                closed under ancestors (e.g. `specloop.ltd.policy.select_subtree`).
 
         Returns:
             A `DraftProposal` of m nodes: tokens, q_draft rows and node_probs of the

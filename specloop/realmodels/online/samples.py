@@ -104,7 +104,7 @@ def sparse_targets(logits: torch.Tensor, target_to_draft: torch.Tensor, top_m: i
 
     Truncating before restricting (not the top ``top_m`` *inside* the vocabulary)
     makes the targets a function of the target's top-``top_m`` list alone, so a
-    stream replay that recorded only that list (`specloop.realmodels.replay`) gives
+    stream replay that recorded only that list (`specloop.realmodels.streams.replay`) gives
     the learner exactly the decoder's targets; on SmolLM2 with a 5.9k-token Hydra
     vocabulary 97 % of rows have a top-32 token outside it, and the other order sent
     the replayed learner off the decoder's path within a few hundred updates. The

@@ -16,7 +16,7 @@ HF id / path, default ``smollm2-135m``). Any name that is not registered is trea
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
 The trained-heads package provides ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
-``hybrid`` and the distilled ``small-lm`` (`specloop.realmodels.heads.registry`).
+``hybrid`` and the distilled ``small-lm`` (`specloop.realmodels.registry.heads`).
 """
 from __future__ import annotations
 
@@ -133,9 +133,9 @@ def _ensure_builtins() -> None:
     _FACTORIES.setdefault("small-lm", make_small_lm_drafter)
     _FACTORIES.setdefault("suffix", make_suffix_drafter)
     try:  # the trained-heads package's drafters, if present (they replace built-ins of the same name)
-        from specloop.realmodels.heads.registry import head_drafter_factories
+        from specloop.realmodels.registry.heads import head_drafter_factories
     except ModuleNotFoundError as exc:
-        if exc.name not in ("specloop.realmodels.heads", "specloop.realmodels.heads.registry"):
+        if exc.name not in ("specloop.realmodels.heads", "specloop.realmodels.registry.heads"):
             raise
     else:
         _FACTORIES.update(head_drafter_factories())

@@ -2,7 +2,7 @@
 ``medusa``, ``small-lm``): the saved draft of a target, loaded (or trained first
 with ``specloop draft train``'s trainer) and wrapped in its drafter
 (`specloop.realmodels.heads.head_drafting`, `specloop.realmodels.heads.small_lm`).
-Registered by `specloop.realmodels.heads.registry`.
+Registered by `specloop.realmodels.registry.heads`.
 """
 from __future__ import annotations
 

@@ -1,18 +1,18 @@
 """The trained-head drafters' factories, by name, for the decoder's drafter registry.
 
-Read lazily by `specloop.realmodels.drafters.registry` (`head_drafter_factories`;
+Read lazily by `specloop.realmodels.registry.drafters` (`head_drafter_factories`;
 this module imports nothing from the registry, so the two form no import circle).
 Names: ``eagle``, ``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none
 is saved; option ``dtype`` = the head's drafting dtype, default float32),
 ``hybrid`` (prompt lookup, else the EAGLE head; option ``head="eagle3"`` to use
 EAGLE-3), ``medusa``, ``hydra`` and ``small-lm`` (the distilled small LM, which
 replaces the registry's built-in separate-model entry and delegates to it when a
-``model`` option names a model; `specloop.realmodels.heads.head_factories`).
+``model`` option names a model; `specloop.realmodels.registry.head_factories`).
 Factories accept and ignore unknown options.
 """
 from __future__ import annotations
 
-from specloop.realmodels.heads.head_factories import (make_distilled_small_lm_drafter, make_hydra_drafter,
+from specloop.realmodels.registry.head_factories import (make_distilled_small_lm_drafter, make_hydra_drafter,
                                                       make_medusa_drafter)
 
 __all__ = ["make_eagle", "make_eagle3", "make_hybrid", "head_drafter_factories"]

@@ -1,10 +1,10 @@
 """Why an online draft does or does not beat its frozen draft: held-out measurements
 chunk by chunk over a replayed stream (issue 19 s.4).
 
-A replayed stream (`specloop.realmodels.stream` with ``replay=`` and
+A replayed stream (`specloop.realmodels.streams.runner` with ``replay=`` and
 ``snapshot_chunks``) leaves, per online method, ``rounds.jsonl`` and the draft's
 trainable parameters at the end of every chunk c (`stream.chunk_snapshot_path`). With
-the recording (`specloop.realmodels.stream_record`) that is enough to ask, per chunk:
+the recording (`specloop.realmodels.recording`) that is enough to ask, per chunk:
 
 * tau (`mean_accepted_length`, tokens per round, bonus included) of the online method
   and of its frozen draft, per chunk and per domain (from the two ``rounds.jsonl``);
@@ -198,7 +198,7 @@ def load_snapshot(folder: str | Path, chunk: int) -> dict:
         FileNotFoundError: no snapshot (the stream ran without ``--snapshot-chunks``,
             or has not finished that chunk).
     """
-    from specloop.realmodels.stream import chunk_snapshot_path
+    from specloop.realmodels.streams.runner import chunk_snapshot_path
     path = chunk_snapshot_path(folder, chunk)
     if not path.is_file():
         raise FileNotFoundError(f"no snapshot {path}: run 'specloop stream' with --snapshot-chunks "
@@ -255,7 +255,7 @@ def rounds_by_chunk(trace, chunk: int, domains: list[str], max_depth: int) -> di
 def _stream_of(recording, prompts: int, chunk: int, every: int):
     """Recorded index and dataset of the stream's prompts and of up to one chunk of
     the (sub-)stream's prompts after them (the last chunk's held-out chunk)."""
-    from specloop.realmodels.stream_record import recorded_items
+    from specloop.realmodels.recording import recorded_items
     available = len(range(0, recording.num_prompts, int(every)))
     items = recorded_items(recording, min(available, int(prompts) + int(chunk)), every)
     return [i.index for i in items], [i.dataset for i in items]
@@ -292,7 +292,7 @@ def online_heldout(recording, results: str | Path, method: str, drafter, *, froz
             frozen method, a snapshot of other prompts (another ``every``), or
             not a feature-head draft.
     """
-    from specloop.realmodels.stream import resolve_method
+    from specloop.realmodels.streams.runner import resolve_method
     from specloop.record import Trace
     spec = resolve_method(method)
     if spec.learner is None:
@@ -405,7 +405,7 @@ def offline_rows(table: dict, recording, target_model, drafter, *, epochs: int =
         ValueError: epochs, batch_size or max_seconds not positive; a recording the
             draft cannot train on.
     """
-    from specloop.realmodels.stream_record import recorded_items
+    from specloop.realmodels.recording import recorded_items
     from specloop.realmodels.training.head_loop import LoopConfig
     from specloop.realmodels.training.recording_data import open_recording_splits
     if int(epochs) < 1 or int(batch_size) < 1 or not max_seconds > 0:

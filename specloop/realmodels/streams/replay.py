@@ -4,7 +4,7 @@ target's recorded side, exactly (issue 19 s.2; DESIGN.md "Engines and the one ro
 Under greedy decoding the target's output does not depend on the draft, so the
 target's side of a prompt -- its greedy continuation, the features the heads read and
 its top-m next-token distribution at every position -- is recorded once
-(`specloop.realmodels.stream_record`) and every draft replayed against it. A
+(`specloop.realmodels.recording`) and every draft replayed against it. A
 `ReplaySession` is a `DecodeSession` whose target pass reads the recording instead of
 running the target:
 
@@ -61,7 +61,7 @@ __all__ = ["ReplayDecoder", "ReplaySession", "load_verify_cost", "DEFAULT_COST_T
 
 #: the SmolLM2-135M CPU table shipped with the simulator (``benchmarks/verify_cost.py``);
 #: read as a file so `realmodels` does not import `sim`
-DEFAULT_COST_TABLE_PATH = Path(__file__).resolve().parents[1] / "sim" / "data" / "smollm2_135m_cpu_verify_cost.json"
+DEFAULT_COST_TABLE_PATH = Path(__file__).resolve().parents[2] / "sim" / "data" / "smollm2_135m_cpu_verify_cost.json"
 _NEG = -1e30
 
 

@@ -4,7 +4,7 @@
 For each method, the first N prompts of a recording are served twice by
 `StreamRunner` with the same settings and seed: once by the real decoder
 (`SpeculativeDecoder`, the target really runs) and once replayed
-(`specloop.realmodels.replay.ReplayDecoder`). Round r of prompt i *matches* when both
+(`specloop.realmodels.streams.replay.ReplayDecoder`). Round r of prompt i *matches* when both
 engines drafted the same number of tokens to the same depth and accepted and committed
 the same numbers of tokens (``num_draft_tokens``, ``tree_depth``, ``accepted_tokens``,
 ``tokens_per_round``); rounds one engine has and the other lacks do not match. A
@@ -73,7 +73,7 @@ def compare_traces(real, replay) -> dict:
 
 def _divergent(recording, outputs: list[list[int]], max_new_tokens: int) -> list[dict]:
     """Prompts whose real output leaves the recorded continuation (first differing token)."""
-    from specloop.realmodels.stream_record import first_difference
+    from specloop.realmodels.recording import first_difference
     out = []
     for index, tokens in enumerate(outputs):
         record = recording.prompt(index)
@@ -91,7 +91,7 @@ def check_replay(recording, target, methods, config, *, prompts: int = 10, verif
     Args:
         recording: `stream_record.Recording`. target: the recorded target, loaded in
             the recording's dtype (`LoadedModel`).
-        methods: method names (`specloop.realmodels.stream.resolve_method`).
+        methods: method names (`specloop.realmodels.streams.runner.resolve_method`).
         config: `StreamConfig` (its ``max_new_tokens`` at most the recording's).
         prompts: prompts compared (>= 1). verify_cost: the replay's table.
         drafts_dir: as `StreamRunner`. out: folder for both runs' records (None = a
@@ -110,8 +110,8 @@ def check_replay(recording, target, methods, config, *, prompts: int = 10, verif
         ValueError: unknown method, prompts out of range, a method that cannot run.
     """
     from specloop.realmodels.online import load_checkpoint
-    from specloop.realmodels.stream import StreamRunner, resolve_method
-    from specloop.realmodels.stream_record import recorded_items
+    from specloop.realmodels.streams.runner import StreamRunner, resolve_method
+    from specloop.realmodels.recording import recorded_items
     from specloop.record import Trace
     items = recorded_items(recording, prompts)
     ids = [list(i.ids) for i in items]

@@ -14,7 +14,7 @@ an online method whose frozen draft ran too, ``vs_frozen`` (`vs_frozen`);
 ``baseline_per_chunk_tokens_per_s``; ``stream`` (dataset of each prompt);
 ``config``; ``engine`` ("decoder", or "replay" for a replayed recording, whose
 tokens/s price the target's verification from a measured cost table, see
-`specloop.realmodels.replay`).
+`specloop.realmodels.streams.replay`).
 """
 from __future__ import annotations
 
@@ -32,12 +32,12 @@ STREAM_ONLINE_DEFAULTS = {"mode": "chunk", "lr": None, "batch_size": 4, "epochs"
 
 def vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
     """Paired per-prompt gain of an online method over the frozen method with the
-    same draft, overall and per dataset (`specloop.realmodels.stream_compare.paired_gain`),
+    same draft, overall and per dataset (`specloop.realmodels.streams.compare.paired_gain`),
     with ``frozen`` naming that method; None for a frozen method or when its frozen
     counterpart did not run. ``summaries``: method -> `StreamRunner.run_method`
     summary; ``domains``: dataset of each stream prompt."""
-    from specloop.realmodels.stream import METHODS, resolve_method
-    from specloop.realmodels.stream_compare import paired_gain
+    from specloop.realmodels.streams.runner import METHODS, resolve_method
+    from specloop.realmodels.streams.compare import paired_gain
     spec = resolve_method(name)
     frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
     if spec.learner is None or frozen not in summaries:
@@ -55,7 +55,7 @@ def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, t
 
     Args:
         summaries: method -> `StreamRunner.run_method` summary; must hold the
-            greedy baseline (`specloop.realmodels.stream.BASELINE`).
+            greedy baseline (`specloop.realmodels.streams.runner.BASELINE`).
         failures: method -> why it could not run.
         items: the stream's items (each with a ``dataset``), in order.
         config: the run's `StreamConfig`.
@@ -66,8 +66,8 @@ def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, t
     Raises:
         KeyError: no baseline summary.
     """
-    from specloop.realmodels.stream import BASELINE, resolve_method
-    from specloop.realmodels.stream_compare import domain_accepted_length
+    from specloop.realmodels.streams.runner import BASELINE, resolve_method
+    from specloop.realmodels.streams.compare import domain_accepted_length
     domains = [i.dataset for i in items]
     base = summaries[BASELINE]
     base_tps = base["tokens_per_s"]
@@ -106,7 +106,7 @@ def plot_stream(result: dict, path: str | Path) -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from specloop.realmodels.stream import resolve_method
+    from specloop.realmodels.streams.runner import resolve_method
     fig, axes = plt.subplots(1, 2, figsize=(10.5, 3.8))
     for i, (name, m) in enumerate(result["methods"].items()):
         style = "-" if resolve_method(name).learner else "--"
@@ -144,7 +144,7 @@ class StreamRun:
     """One ``specloop stream`` run.
 
     Attributes:
-        methods: method names (`specloop.realmodels.stream.resolve_method`); the
+        methods: method names (`specloop.realmodels.streams.runner.resolve_method`); the
             greedy baseline always runs first.
         config: `StreamConfig` (chunk, max_new_tokens, num_draft_tokens, online, seed).
         out: results folder (resumable; gets summary.json and stream.png).
@@ -193,7 +193,7 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
     """
     from specloop.data.streams import build_stream
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.stream import BASELINE, StreamRunner, resolve_method
+    from specloop.realmodels.streams.runner import BASELINE, StreamRunner, resolve_method
     specs = [resolve_method(m) for m in run.methods if m.strip()]
     if not specs:
         raise ValueError("--method names no method")
@@ -211,9 +211,9 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
 def _serve_replay(run: StreamRun, specs, progress) -> dict:
     """`serve_stream` over a recording (``run.replay``)."""
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.replay import load_verify_cost
-    from specloop.realmodels.stream import StreamRunner
-    from specloop.realmodels.stream_record import open_recording, recorded_items
+    from specloop.realmodels.streams.replay import load_verify_cost
+    from specloop.realmodels.streams.runner import StreamRunner
+    from specloop.realmodels.recording import open_recording, recorded_items
     recording = open_recording(run.replay)
     settings = recording.settings
     if run.config.max_new_tokens > int(settings["max_new_tokens"]):
@@ -230,7 +230,7 @@ def _serve_replay(run: StreamRun, specs, progress) -> dict:
 
 
 def _serve(runner, specs, items, run: StreamRun, progress) -> dict:
-    from specloop.realmodels.stream import BASELINE
+    from specloop.realmodels.streams.runner import BASELINE
     out = Path(run.out)
     names = [BASELINE] + [s.name for s in specs if s.name != BASELINE]
     total = len(names) * len(items)

@@ -33,12 +33,12 @@ with the same arguments drops rounds of the unfinished prompt, reloads the state
 continues: the records equal those of an uninterrupted run (greedy decoding).
 With ``snapshot_chunks`` an online method also keeps ``<method>/chunk-NNN.pt``
 (`chunk_snapshot_path`), the draft's trainable parameters at the end of chunk NNN
-(for the held-out analysis of `specloop.realmodels.online_heldout`); nothing else
+(for the held-out analysis of `specloop.realmodels.streams.online_heldout`); nothing else
 changes.
 
 Engines: the real decoder (`SpeculativeDecoder`), or, given a recording of the stream
-(``replay=``, `specloop.realmodels.stream_record`), the replay
-(`specloop.realmodels.replay.ReplayDecoder`): the same drafters, learners, updates
+(``replay=``, `specloop.realmodels.recording`), the replay
+(`specloop.realmodels.streams.replay.ReplayDecoder`): the same drafters, learners, updates
 and round loop against the recorded target side, verification priced from a cost
 table. A results folder belongs to one engine (a resumed run on the other is refused).
 """
@@ -196,7 +196,7 @@ class StreamRunner:
             domain-shift stream; a missing folder fails that method with
             FileNotFoundError (it never falls back to another draft).
         replay: a `stream_record.Recording` of this stream: every method is replayed
-            against it (`specloop.realmodels.replay.ReplayDecoder`, greedy; the
+            against it (`specloop.realmodels.streams.replay.ReplayDecoder`, greedy; the
             drafts, learners and updates really run, the target's verification is
             priced from ``verify_cost``) instead of decoded; ``prompts`` must be its
             first prompts.
@@ -241,7 +241,7 @@ class StreamRunner:
         self.snapshot_chunks = bool(snapshot_chunks)
 
     def _registry_drafter(self, spec: MethodSpec):
-        from specloop.realmodels.drafters.registry import make_drafter
+        from specloop.realmodels.registry.drafters import make_drafter
         # a checkpoint folder is read as it is (`heads.common.load_draft` never falls back to the shipped copy)
         options = {} if self.drafts_dir is None else {"checkpoint": str(self.drafts_dir / spec.drafter)}
         try:
@@ -261,7 +261,7 @@ class StreamRunner:
         from specloop.realmodels.decoder import SpeculativeDecoder
         from specloop.realmodels.policy import FixedDraftPolicy
         if self.replay is not None:
-            from specloop.realmodels.replay import ReplayDecoder
+            from specloop.realmodels.streams.replay import ReplayDecoder
             return ReplayDecoder(self.replay, self.target, drafter, policy=FixedDraftPolicy(self.config.num_draft_tokens),
                                  seed=self.config.seed + index, verify_cost=self.verify_cost,
                                  recorded_index=None if self.replay_indices is None else self.replay_indices.__getitem__)
@@ -429,7 +429,7 @@ def summarise(trace: Trace, state: dict, chunk: int, num_prompts: int) -> dict:
     mean_accepted_length, tokens_per_s, tokens_per_s_with_training, train_seconds),
     ``prompts`` (per prompt: index, rounds, tokens; `stream_compare.per_prompt_counts`).
     """
-    from specloop.realmodels.stream_compare import per_prompt_counts
+    from specloop.realmodels.streams.compare import per_prompt_counts
     chunk_train = list(state.get("chunk_train_time", []))
     chunks = []
     for c in range(math.ceil(num_prompts / chunk)):

@@ -1,5 +1,5 @@
 """The online-at-scale grid (issue 19 s.3): protocol x method x seed x learning rate,
-each cell a replay of one recorded stream (`specloop.realmodels.replay`), run on a
+each cell a replay of one recorded stream (`specloop.realmodels.streams.replay`), run on a
 local process pool or on Ray.
 
 A *job* serves the whole recording (or its first ``prompts``) with one method through
@@ -35,7 +35,7 @@ PAPER_CHUNKS = {"hydra": 80, "medusa": 80, "eagle": 40, "eagle3": 40, "small-lm"
 
 def paper_chunk(method: str) -> int:
     """The paper's chunk size for a method's drafter (40 when the family is not listed)."""
-    from specloop.realmodels.stream import resolve_method
+    from specloop.realmodels.streams.runner import resolve_method
     return PAPER_CHUNKS.get(resolve_method(method).drafter, 40)
 
 
@@ -46,7 +46,7 @@ class ScaleJob:
     Attributes:
         protocol: protocol name (e.g. "off-domain", "paper"); its drafts folder is
             ``drafts`` (None = the draft cache / shipped copies).
-        method: `specloop.realmodels.stream.resolve_method` name.
+        method: `specloop.realmodels.streams.runner.resolve_method` name.
         seed: the stream's seed (learner initialisation, replay sampling).
         lr: learner step size (None = the learner's default).
         chunk: prompts per chunk.
@@ -95,7 +95,7 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
         ValueError: no protocol or method, seeds < 1, an unknown method, a
             non-positive learning rate or chunk, a learning-rate grid for a frozen draft.
     """
-    from specloop.realmodels.stream import BASELINE, resolve_method
+    from specloop.realmodels.streams.runner import BASELINE, resolve_method
     if not protocols or not methods:
         raise ValueError("the grid needs at least one protocol and one method")
     per_method = {resolve_method(k).name: int(v) for k, v in (method_seeds or {}).items()}
@@ -131,7 +131,7 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
 
 def baseline_job(chunk: int = 40) -> ScaleJob:
     """The greedy baseline's job (protocol "baseline")."""
-    from specloop.realmodels.stream import BASELINE
+    from specloop.realmodels.streams.runner import BASELINE
     return ScaleJob("baseline", BASELINE, 0, None, int(chunk))
 
 
@@ -163,8 +163,8 @@ def _worker_state(settings: GridSettings):
     """The recording, target, items and cost table, loaded once per process."""
     key = (settings.recording, settings.prompts, settings.every, settings.cost_table)
     if _WORKER.get("key") != key:
-        from specloop.realmodels.replay import load_verify_cost
-        from specloop.realmodels.stream_record import open_recording, recorded_items
+        from specloop.realmodels.streams.replay import load_verify_cost
+        from specloop.realmodels.recording import open_recording, recorded_items
         recording = open_recording(settings.recording)
         dtype = recording.settings["dtype"]
         _WORKER.update(key=key, recording=recording, items=recorded_items(recording, settings.prompts, settings.every),
@@ -191,7 +191,7 @@ def run_job(job: ScaleJob, settings: GridSettings) -> dict:
     """
     import torch
 
-    from specloop.realmodels.stream import StreamConfig, StreamRunner
+    from specloop.realmodels.streams.runner import StreamConfig, StreamRunner
     torch.set_num_threads(max(1, int(settings.threads)))
     state = _worker_state(settings)
     max_new = settings.max_new_tokens or int(state["recording"].settings["max_new_tokens"])

@@ -55,7 +55,7 @@ def _tau(rows: Sequence[dict], upto: int | None = None) -> float:
 
 
 def _method_row(summaries: list[dict], base_tps: float, domains: list[str]) -> dict:
-    from specloop.realmodels.stream_compare import domain_accepted_length
+    from specloop.realmodels.streams.compare import domain_accepted_length
     taus = [s["mean_accepted_length"] for s in summaries]
     pooled = _pooled([s["prompts"] for s in summaries])
     chunks = [np.mean([c[i]["mean_accepted_length"] for c in (s["chunks"] for s in summaries)])
@@ -79,8 +79,8 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
         domains: dataset of each stream prompt.
         protocol: its name.
     """
-    from specloop.realmodels.stream import METHODS, resolve_method
-    from specloop.realmodels.stream_compare import paired_gain
+    from specloop.realmodels.streams.runner import METHODS, resolve_method
+    from specloop.realmodels.streams.compare import paired_gain
     base_tps = baseline["tokens_per_s"]
     grouped: dict[str, list[dict]] = {}
     lr_grid: dict[str, dict[str, float]] = {}
@@ -154,7 +154,7 @@ def _vs_lr_grid(methods: dict, kind: str, lr_grid: dict, lr_prompts: dict) -> di
       the ensemble learner over it; holds when no rate's interval lies wholly above
       the better of the two (gain_ci upper end < 0 would say that rate beats it).
     """
-    from specloop.realmodels.stream_compare import paired_gain
+    from specloop.realmodels.streams.compare import paired_gain
     grid, rows = {}, {}
     for method in (f"ogd-{kind}", f"osd-{kind}"):
         for lr, tau in lr_grid.get(method, {}).items():
@@ -191,7 +191,7 @@ def _ordering(methods: dict, names: list[str], tau: dict) -> dict:
     the paired per-prompt gain of the higher row over the lower (`paired_gain`, 95 %
     Student-t interval on the mean log ratio) has its interval above 0;
     ``holds_on_means`` is the ordering of the seed-mean taus alone."""
-    from specloop.realmodels.stream_compare import paired_gain
+    from specloop.realmodels.streams.compare import paired_gain
     steps = []
     for lower, higher in zip(names, names[1:]):
         rows = (methods[lower].get("prompts"), methods[higher].get("prompts"))
@@ -218,7 +218,7 @@ def _plot(summary: dict, folder: Path, protocol: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from specloop.realmodels.stream import resolve_method
+    from specloop.realmodels.streams.runner import resolve_method
     methods = summary["methods"]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for i, (name, m) in enumerate(methods.items()):

@@ -1,6 +1,6 @@
 """Draft-head training data read from a stream recording: the target's own greedy answers.
 
-A stream recording (`specloop.realmodels.stream_record`) already holds, at every
+A stream recording (`specloop.realmodels.recording`) already holds, at every
 position of every prompt, the features the heads read (``hidden_<layer>``, float16)
 and the target's top-m next-token distribution, and its continuation tokens are the
 target's own greedy answers. Training on them is self-distillation -- the data
@@ -168,7 +168,7 @@ def _open_shard(folder: Path, entry: dict, layers, positions: str) -> _Shard:
 
 
 def _layer_key(layer: int) -> str:
-    from specloop.realmodels.stream_record import layer_name
+    from specloop.realmodels.recording import layer_name
     return layer_name(layer)
 
 
@@ -375,7 +375,7 @@ def open_recording_splits(folders, target_name: str, target_model, kind: str, *,
         ValueError: bad ``positions``, no folder, `check_recording` refusals, a split
             without labels. FileNotFoundError: a folder without ``manifest.json``.
     """
-    from specloop.realmodels.stream_record import open_recording
+    from specloop.realmodels.recording import open_recording
     if positions not in POSITION_MODES:
         raise ValueError(f"recording positions must be one of {POSITION_MODES}, got {positions!r}")
     folders = [str(f) for f in ([folders] if isinstance(folders, (str, Path)) else folders)]
