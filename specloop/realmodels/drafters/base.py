@@ -60,7 +60,7 @@ from specloop.strategies.base import DraftPlan, TreeCandidates
 from specloop.strategies.engine import layer_draft_step
 from specloop.strategies.subtree import reindex_parents
 
-__all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter",
+__all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter", "NoDraft",
            "policy_continues", "policy_verify_size"]
 
 
@@ -316,6 +316,16 @@ class BaseDrafter:
 
     def parameters(self) -> list[torch.Tensor]:
         return []
+
+
+class NoDraft(BaseDrafter):
+    """Proposes nothing: the decoder then runs plain autoregressive decoding
+    (one target forward per token) through the same code path."""
+
+    name = "none"
+
+    def propose(self, request) -> DraftProposal:
+        return DraftProposal.empty(device=request.ids.device)
 
 
 def policy_continues(request: DraftRequest, depth: int, layer_probs: np.ndarray, parent_best: float) -> bool:

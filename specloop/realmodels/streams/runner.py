@@ -53,7 +53,7 @@ from typing import Callable
 
 
 from specloop._folder_lock import folder_lock
-from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal
+from specloop.realmodels.drafters.base import NoDraft
 from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDrafter, load_checkpoint,
                                         save_checkpoint)
 from specloop.record import Trace, TraceWriter
@@ -141,16 +141,6 @@ def online_drafter(inner, spec: MethodSpec, online: dict, seed: int):
     return OnlineDrafter(inner, adapter), adapter
 
 
-class NoDraft(BaseDrafter):
-    """Proposes nothing: the decoder then runs plain autoregressive decoding
-    (one target forward per token) through the same code path."""
-
-    name = "none"
-
-    def propose(self, request) -> DraftProposal:
-        return DraftProposal.empty(device=request.ids.device)
-
-
 @dataclass(frozen=True)
 class StreamConfig:
     """Settings shared by every method of one stream run.
@@ -195,7 +185,7 @@ class StreamRunner:
             shipped copy, e.g. drafts trained on another corpus mix for a
             domain-shift stream; a missing folder fails that method with
             FileNotFoundError (it never falls back to another draft).
-        replay: a `stream_record.Recording` of this stream: every method is replayed
+        replay: a `recording.Recording` of this stream: every method is replayed
             against it (`specloop.realmodels.streams.replay.ReplayDecoder`, greedy; the
             drafts, learners and updates really run, the target's verification is
             priced from ``verify_cost``) instead of decoded; ``prompts`` must be its
@@ -203,7 +193,7 @@ class StreamRunner:
         verify_cost: the replay's `VerifyCostTable` (None = the shipped table of the
             recording's dtype).
         replay_indices: the recording's index of each stream prompt (a sub-stream,
-            `stream_record.recorded_items` with ``every``); None = prompt i is the
+            `recording.recorded_items` with ``every``); None = prompt i is the
             recording's prompt i.
         snapshot_chunks: an online method also writes `chunk_snapshot_path` files:
             after the last prompt of every chunk (and of the stream), its learner's
@@ -427,7 +417,7 @@ def summarise(trace: Trace, state: dict, chunk: int, num_prompts: int) -> dict:
     chunk-end training), ``tokens_per_s`` (training excluded),
     ``tokens_per_s_with_training``, ``prompts_done``, ``chunks`` (per chunk:
     mean_accepted_length, tokens_per_s, tokens_per_s_with_training, train_seconds),
-    ``prompts`` (per prompt: index, rounds, tokens; `stream_compare.per_prompt_counts`).
+    ``prompts`` (per prompt: index, rounds, tokens; `streams.compare.per_prompt_counts`).
     """
     from specloop.realmodels.streams.compare import per_prompt_counts
     chunk_train = list(state.get("chunk_train_time", []))
