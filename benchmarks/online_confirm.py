@@ -26,7 +26,7 @@ prompts, per draft (``adapted`` / ``frozen``) ``tau_real``, ``tau_replay``,
 ``matching_rounds`` / ``rounds`` (`replay_check.compare_traces`), ``tokens_per_s``
 (real, all repeats) and per-prompt rows; ``tau_online_stream`` (what the learning
 draft got on those prompts inside the stream, from its ``rounds.jsonl``); ``gain``:
-paired per-prompt tau gain of adapted over frozen (`stream_compare.paired_gain`) and
+paired per-prompt tau gain of adapted over frozen (`specloop.stats.paired_gain`) and
 ``speed_gain`` / ``speed_gain_ci`` (95 % Student-t interval on the mean per-prompt log
 ratio of tokens/s). Plus the load average before / after and torch threads.
 """
@@ -53,7 +53,8 @@ from specloop.realmodels.policy import FixedDraftPolicy  # noqa: E402
 from specloop.realmodels.streams.replay import ReplayDecoder, load_verify_cost  # noqa: E402
 from specloop.realmodels.streams.replay_check import compare_traces  # noqa: E402
 from specloop.realmodels.streams.runner import online_drafter, resolve_method  # noqa: E402
-from specloop.realmodels.streams.compare import log_ratio_t_interval, paired_gain, per_prompt_counts  # noqa: E402
+from specloop.realmodels.streams.compare import per_prompt_counts  # noqa: E402
+from specloop.stats import log_ratio_t_interval, paired_gain  # noqa: E402
 from specloop.realmodels.recording import open_recording, recorded_items  # noqa: E402
 from specloop.record import Trace  # noqa: E402
 

@@ -1,5 +1,6 @@
-"""Verdicts on measured comparisons (issue 18): every verdict that compares
-measurements carries its effect estimate, the confidence interval of that estimate
+"""Statistics of measured comparisons: the verdict rule and the paired intervals it
+rests on (used by the report, the figures and the stream results). Every verdict that
+compares measurements carries its effect estimate, the confidence interval of that estimate
 and the sample size it rests on, and says "holds" only when the interval says so.
 
 The rule (`decide`), for a claim "the effect is greater than the threshold" (the
@@ -14,27 +15,27 @@ A claim "less than" mirrors it. The intervals come from the data:
 
 * `ratio_estimate`: paired ratios (per prompt, per (pass, prompt), per episode):
   geometric mean with a Student-t interval on the mean log ratio -- the interval
-  `specloop.realmodels.streams.compare.paired_gain` gives the prompt stream, through
-  the same `log_ratio_t_interval`;
+  `paired_gain` gives the prompt stream (per-prompt accepted lengths), through the
+  same `log_ratio_t_interval`;
 * `difference_estimate`: paired differences (e.g. per seed): mean with a Student-t
   interval.
 
 Exact verdicts (the theory check's counterexample search, closed-form efficiencies)
 are not comparisons of measurements and keep their plain true/false.
 
-`measured_claim` builds the claim dict a figure returns (`FigureResult.claims`) and
-`all_of` the verdict on a claim that needs several comparisons to hold at once.
+The claim dicts a figure returns (`measured_claim`, `all_of`, `verdict_of`) are built
+in `specloop.report.verdicts`, which re-exports these names.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["HOLDS", "DOES_NOT_HOLD", "UNDECIDED", "VERDICTS", "Estimate", "decide",
-           "ratio_estimate", "difference_estimate", "measured_claim", "all_of", "verdict_of"]
+__all__ = ["HOLDS", "DOES_NOT_HOLD", "UNDECIDED", "VERDICTS", "CONFIDENCE", "Estimate", "decide",
+           "ratio_estimate", "difference_estimate", "log_ratio_t_interval", "paired_gain"]
 
 HOLDS, DOES_NOT_HOLD, UNDECIDED = "holds", "does not hold", "undecided"
 VERDICTS = (HOLDS, DOES_NOT_HOLD, UNDECIDED)
@@ -103,7 +104,7 @@ def decide(effect: float, interval: Sequence[float], n: int, direction: str = "g
 def ratio_estimate(ratios: Iterable[float], statistic: str,
                    confidence: float = CONFIDENCE) -> Estimate:
     """Geometric mean of paired ratios with a Student-t interval on the mean log ratio
-    (mapped back by exp), as `stream_compare.paired_gain` does for the stream.
+    (mapped back by exp), as `paired_gain` does for the stream.
 
     Args:
         ratios: positive ratios, one per pair (e.g. tokens/s of A / tokens/s of B on
@@ -113,7 +114,6 @@ def ratio_estimate(ratios: Iterable[float], statistic: str,
     Raises:
         ValueError: no ratios, a ratio <= 0 or not finite, confidence outside (0, 1).
     """
-    from specloop.realmodels.streams.compare import log_ratio_t_interval
     values = np.asarray(list(ratios), dtype=float)
     if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values <= 0):
         raise ValueError(f"ratios must be positive and finite (at least one), got {values.tolist()}")
@@ -144,66 +144,67 @@ def difference_estimate(differences: Iterable[float], statistic: str,
     return Estimate(mean, (mean - half, mean + half), int(values.size), statistic, confidence)
 
 
-def measured_claim(claim: str, statement: str, estimate: Estimate | None, *, null: float,
-                   direction: str = "greater", claimed_size: float | None = None, evidence: str = "",
-                   why_missing: str = "") -> dict:
-    """A figure's claim dict for a measured comparison: ``claim``, ``statement``,
-    ``verdict`` (one of `VERDICTS`), ``holds`` (True / False / None for the same),
-    ``effect``, ``interval`` ([lo, hi]), ``n``, ``threshold``, ``direction``,
-    ``statistic``, ``measured`` (True) and ``evidence``. ``estimate`` None (the data
-    has no paired samples): undecided, with ``why_missing`` as the evidence. ``null``:
-    the no-effect value (1.0 for a ratio, 0.0 for a difference); see `decide`."""
-    threshold = float(null if claimed_size is None else claimed_size)
-    if estimate is None:
-        return {"claim": claim, "statement": statement, "verdict": UNDECIDED, "holds": None,
-                "effect": None, "interval": [None, None], "n": 0, "threshold": threshold,
-                "direction": direction, "statistic": "no paired samples", "measured": True,
-                "evidence": why_missing or evidence}
-    verdict = decide(estimate.effect, estimate.interval, estimate.n, direction, claimed_size, null)
-    return {"claim": claim, "statement": statement, "verdict": verdict, "holds": _holds(verdict),
-            "effect": estimate.effect, "interval": [estimate.interval[0], estimate.interval[1]],
-            "n": estimate.n, "threshold": threshold, "direction": direction,
-            "statistic": f"{estimate.statistic}; {100 * estimate.confidence:g} % interval",
-            "measured": True, "evidence": evidence}
-
-
-def all_of(claim: str, statement: str, parts: Sequence[tuple[str, dict]], evidence: str = "") -> dict:
-    """One claim that needs every part (``(label, measured_claim dict)``) to hold:
-    holds when all hold, does not hold when any does not, else undecided. Its
-    effect / interval / n are those of the deciding part: the first that does not
-    hold, else the one whose interval lies closest to (or across) its threshold.
+def log_ratio_t_interval(log_ratio: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Mean of paired log ratios and the half-width of its two-sided Student-t
+    interval (NaN for fewer than 2 values); ``exp(mean -+ half)`` bounds the
+    geometric-mean ratio.
 
     Raises:
-        ValueError: no parts.
+        ValueError: confidence outside (0, 1), or no values.
     """
-    if not parts:
-        raise ValueError(f"claim {claim!r} has no comparisons")
-    verdicts = [p["verdict"] for _, p in parts]
-    verdict = DOES_NOT_HOLD if DOES_NOT_HOLD in verdicts else HOLDS if set(verdicts) == {HOLDS} else UNDECIDED
-    label, part = min(parts, key=lambda lp: (lp[1]["verdict"] != DOES_NOT_HOLD, _margin(lp[1])))
-    counts = ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if v in verdicts)
-    return {**part, "claim": claim, "statement": statement, "verdict": verdict, "holds": _holds(verdict),
-            "statistic": f"{part['statistic']}; shown: {label} (the deciding comparison of {len(parts)})",
-            "evidence": f"{counts}" + (f"; {evidence}" if evidence else "")}
+    from scipy import stats
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    values = np.asarray(log_ratio, dtype=float)
+    if values.size == 0:
+        raise ValueError("no log ratios")
+    n = values.size
+    if n < 2:
+        return float(values.mean()), math.nan
+    return float(values.mean()), float(stats.t.ppf(0.5 + confidence / 2, n - 1) * values.std(ddof=1) / math.sqrt(n))
 
 
-def _margin(part: Mapping[str, Any]) -> float:
-    """How far the interval clears the threshold on the claimed side (negative:
-    it crosses or misses it; -inf without an interval)."""
-    lo, hi = part["interval"]
-    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
-        return -math.inf
-    return lo - part["threshold"] if part["direction"] == "greater" else part["threshold"] - hi
+def paired_gain(frozen: Sequence[dict], online: Sequence[dict], confidence: float = 0.95) -> dict:
+    """Per-prompt paired gain of ``online`` over ``frozen`` in mean accepted length.
 
+    Args:
+        frozen / online: `per_prompt_counts` rows; only prompts present in both count.
+        confidence: two-sided level of the interval, in (0, 1).
 
-def _holds(verdict: str) -> bool | None:
-    return True if verdict == HOLDS else False if verdict == DOES_NOT_HOLD else None
+    Returns:
+        ``n`` (paired prompts), ``gain`` (geometric-mean ratio - 1), ``gain_ci``
+        ([lo, hi], Student-t interval on the mean log ratio, mapped back; NaN for
+        n < 2), ``pooled_gain`` (ratio of round-weighted taus over the paired
+        prompts - 1), ``better`` / ``worse`` / ``ties`` (prompt counts), and
+        ``wilcoxon_p`` (two-sided Wilcoxon signed-rank test of the per-prompt tau
+        differences, scipy.stats.wilcoxon; 1.0 when every pair ties, NaN for n < 2).
 
-
-def verdict_of(claim: Mapping[str, Any]) -> str:
-    """A claim dict's verdict: its ``verdict`` when it has one (measured claims),
-    else from ``holds`` (exact claims: True / False / None)."""
-    if claim.get("verdict") in VERDICTS:
-        return claim["verdict"]
-    holds = claim.get("holds")
-    return UNDECIDED if holds is None else HOLDS if bool(holds) else DOES_NOT_HOLD
+    Raises:
+        ValueError: confidence outside (0, 1), or a prompt with zero rounds.
+    """
+    from scipy import stats
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    a = {p["index"]: p for p in frozen}
+    b = {p["index"]: p for p in online}
+    shared = sorted(set(a) & set(b))
+    if any(a[i]["rounds"] < 1 or b[i]["rounds"] < 1 for i in shared):
+        raise ValueError("a prompt with zero rounds has no mean accepted length")
+    tau_f = np.array([a[i]["tokens"] / a[i]["rounds"] for i in shared], dtype=float)
+    tau_o = np.array([b[i]["tokens"] / b[i]["rounds"] for i in shared], dtype=float)
+    n = len(shared)
+    out = {"n": n, "better": int(np.sum(tau_o > tau_f)), "worse": int(np.sum(tau_o < tau_f)),
+           "ties": int(np.sum(tau_o == tau_f)), "gain": math.nan, "gain_ci": [math.nan, math.nan],
+           "pooled_gain": math.nan, "wilcoxon_p": math.nan}
+    if n == 0:
+        return out
+    log_ratio = np.log(tau_o / tau_f)
+    out["gain"] = float(np.expm1(log_ratio.mean()))
+    out["pooled_gain"] = float(sum(b[i]["tokens"] for i in shared) / sum(b[i]["rounds"] for i in shared)
+                               / (sum(a[i]["tokens"] for i in shared) / sum(a[i]["rounds"] for i in shared)) - 1)
+    if n >= 2:
+        half = log_ratio_t_interval(log_ratio, confidence)[1]
+        out["gain_ci"] = [float(np.expm1(log_ratio.mean() - half)), float(np.expm1(log_ratio.mean() + half))]
+        diff = tau_o - tau_f
+        out["wilcoxon_p"] = 1.0 if not np.any(diff) else float(stats.wilcoxon(diff).pvalue)
+    return out

@@ -16,7 +16,7 @@ greedy baseline's), ``speedup_with_training`` (update time included),
 ``per_domain`` (mean accepted length per dataset) and, for an online method whose
 frozen draft ran too, ``vs_frozen`` (paired per-prompt gain in mean accepted length
 with a 95 % interval and a Wilcoxon p-value, overall and per dataset;
-`specloop.realmodels.streams.compare.paired_gain`); plus ``baseline_tokens_per_s``,
+`specloop.stats.paired_gain`); plus ``baseline_tokens_per_s``,
 ``stream`` (dataset of each prompt) and ``config``.
 Exit code 1 when a method cannot run (e.g. its draft is not trained).
 

@@ -201,7 +201,7 @@ def test_stream_json_rows_claims_and_plot(tmp_path):
     """Rows from `specloop stream --json` (issue 7's interface), the online-vs-frozen
     verdicts and the plot."""
     from specloop.figures.online_stream import ONLINE_TARGET_GAIN, _claims, _plot, _rows_from_stream_json
-    from specloop.realmodels.streams.compare import paired_gain
+    from specloop.stats import paired_gain
     frozen = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((20, 18, 22, 21))]
     online = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((23, 21, 25, 24))]
     data = {"methods": {

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specloop.realmodels.streams.compare import domain_accepted_length, paired_gain, per_prompt_counts
+from specloop.realmodels.streams.compare import domain_accepted_length, per_prompt_counts
+from specloop.stats import paired_gain
 
 
 def rows(taus, rounds=10):

@@ -20,7 +20,7 @@ MEASURED = {"online_beats_frozen_stream", "online_tau_gain_20pct", "tree_ngram_v
 
 def _stream_claims() -> list[dict]:
     from specloop.figures.online_stream import _claims, _rows_from_stream_json
-    from specloop.realmodels.streams.compare import paired_gain
+    from specloop.stats import paired_gain
     frozen = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((14, 15, 13, 16, 14, 15))]
     online = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((15, 15, 13, 16, 15, 15))]
     data = {"methods": {"hydra": {"mean_accepted_length": 1.43, "per_chunk": [1.4, 1.45, 1.44]},

@@ -68,8 +68,8 @@ def test_bad_input_raises(kwargs, match):
 
 
 def test_ratio_estimate_is_the_streams_interval():
-    """The same t interval on log ratios as `stream_compare.paired_gain` (reused)."""
-    from specloop.realmodels.streams.compare import paired_gain
+    """The same t interval on log ratios as `specloop.stats.paired_gain` (reused)."""
+    from specloop.stats import paired_gain
     frozen = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((20, 25, 18, 30, 22))]
     online = [{"index": i, "rounds": 10, "tokens": t} for i, t in enumerate((22, 24, 21, 33, 23))]
     gain = paired_gain(frozen, online)

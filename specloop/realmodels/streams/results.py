@@ -32,12 +32,12 @@ STREAM_ONLINE_DEFAULTS = {"mode": "chunk", "lr": None, "batch_size": 4, "epochs"
 
 def vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
     """Paired per-prompt gain of an online method over the frozen method with the
-    same draft, overall and per dataset (`specloop.realmodels.streams.compare.paired_gain`),
+    same draft, overall and per dataset (`specloop.stats.paired_gain`),
     with ``frozen`` naming that method; None for a frozen method or when its frozen
     counterpart did not run. ``summaries``: method -> `StreamRunner.run_method`
     summary; ``domains``: dataset of each stream prompt."""
     from specloop.realmodels.streams.runner import METHODS, resolve_method
-    from specloop.realmodels.streams.compare import paired_gain
+    from specloop.stats import paired_gain
     spec = resolve_method(name)
     frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
     if spec.learner is None or frozen not in summaries:

@@ -9,7 +9,7 @@ Per protocol (``summary-<protocol>.json``; all protocols in ``summary.json``):
   tokens/s over the greedy baseline's, update time excluded / included; App. B.2's
   asynchronous and serial prices), ``per_chunk`` / ``per_domain`` (tau, seed mean),
   ``tau_vs_T`` (tau over the first T prompts), ``update_seconds``, and for an online
-  method ``vs_frozen`` (`stream_compare.paired_gain` of the per-prompt tau pooled over
+  method ``vs_frozen`` (`specloop.stats.paired_gain` of the per-prompt tau pooled over
   seeds against the frozen draft: ``gain``, ``gain_ci``, ``wilcoxon_p``, per domain).
 * ``lr_grid[m]``: {learning rate: tau} of the learning-rate jobs (Table 5 (i)-(ii));
   the targets compare them with the optimistic / ensemble rows by paired intervals.
@@ -80,7 +80,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
         protocol: its name.
     """
     from specloop.realmodels.streams.runner import METHODS, resolve_method
-    from specloop.realmodels.streams.compare import paired_gain
+    from specloop.stats import paired_gain
     base_tps = baseline["tokens_per_s"]
     grouped: dict[str, list[dict]] = {}
     lr_grid: dict[str, dict[str, float]] = {}
@@ -148,13 +148,13 @@ def _vs_lr_grid(methods: dict, kind: str, lr_grid: dict, lr_prompts: dict) -> di
 
     * ``ensemble_vs_best_lr_<kind>``: the ensemble against the best single rate in
       hindsight (the highest tau); ``gap`` / ``gap_ci`` is the paired per-prompt gain
-      (`stream_compare.paired_gain`, 95 %) of the ensemble over it; holds when the
+      (`specloop.stats.paired_gain`, 95 %) of the ensemble over it; holds when the
       whole interval lies above -2 %.
     * ``no_lr_beats_online_<kind>``: per rate, the paired gain of the optimistic and
       the ensemble learner over it; holds when no rate's interval lies wholly above
       the better of the two (gain_ci upper end < 0 would say that rate beats it).
     """
-    from specloop.realmodels.streams.compare import paired_gain
+    from specloop.stats import paired_gain
     grid, rows = {}, {}
     for method in (f"ogd-{kind}", f"osd-{kind}"):
         for lr, tau in lr_grid.get(method, {}).items():
@@ -191,7 +191,7 @@ def _ordering(methods: dict, names: list[str], tau: dict) -> dict:
     the paired per-prompt gain of the higher row over the lower (`paired_gain`, 95 %
     Student-t interval on the mean log ratio) has its interval above 0;
     ``holds_on_means`` is the ordering of the seed-mean taus alone."""
-    from specloop.realmodels.streams.compare import paired_gain
+    from specloop.stats import paired_gain
     steps = []
     for lower, higher in zip(names, names[1:]):
         rows = (methods[lower].get("prompts"), methods[higher].get("prompts"))
