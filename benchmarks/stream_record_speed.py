@@ -3,7 +3,7 @@
 For each dtype: the same prompts (held-out stream over ``--datasets``, chat-templated,
 last ``--max-prompt-tokens`` tokens) are
 
-* recorded by `specloop.realmodels.recording.generate_batch` in batches of
+* recorded by `specloop.realmodels.streams.record.generate_batch` in batches of
   ``--batch-size`` (prefill, greedy steps, every position's hidden states of the heads'
   layers and top-m p_target: everything a shard holds), and
 * decoded one at a time by `SpeculativeDecoder` with no draft and k = 0 (the plain
@@ -38,8 +38,9 @@ def _measure(dtype: str, args) -> dict:
     from specloop.realmodels.decoder import SpeculativeDecoder, eos_ids_of
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.policy import FixedDraftPolicy
-    from specloop.realmodels.streams.runner import NoDraft
-    from specloop.realmodels.recording import first_difference, generate_batch, head_feature_layers
+    from specloop.realmodels.drafters.base import NoDraft
+    from specloop.realmodels.recording import first_difference, head_feature_layers
+    from specloop.realmodels.streams.record import generate_batch
     target = load_model(args.target, dtype=dtype)
     items = build_stream(args.datasets, args.prompts, target.tokenizer, max_prompt_tokens=args.max_prompt_tokens)
     prompts = [list(it.ids) for it in items]

@@ -171,7 +171,8 @@ def _recording(target, prompt):
     """A recording of ``prompt`` on ``target`` (40 new tokens), made once per target."""
     import tempfile
     from specloop.data.streams import StreamItem
-    from specloop.realmodels.recording import RecordSettings, open_recording, record_stream
+    from specloop.realmodels.recording import RecordSettings, open_recording
+    from specloop.realmodels.streams.record import record_stream
     key = id(type(target)), tuple(prompt.tolist()), int(target.config.vocab_size)
     if key not in _RECORDINGS:
         folder = tempfile.mkdtemp(prefix="conformance-rec-")

@@ -64,7 +64,8 @@ def _record(args) -> dict:
 
     from specloop.data.streams import build_stream
     from specloop.realmodels.loading import load_model
-    from specloop.realmodels.recording import RecordSettings, check_settings, head_feature_layers, record_stream
+    from specloop.realmodels.recording import RecordSettings, check_settings, head_feature_layers
+    from specloop.realmodels.streams.record import record_stream
     flags = _flag_settings(args)
     for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "top_m", "batch_size", "shard_size"):
         if flags[name] < 1:

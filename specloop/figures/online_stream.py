@@ -98,14 +98,15 @@ def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
 # -- the replay check (issue 19): record the stream's target side, replay, compare ----------
 def _replay_check(cfg: dict, out: Path) -> dict:
     """Record the stream ``specloop stream`` just served (batched greedy,
-    `stream_record.record_stream`), replay every method it ran against the recording
+    `streams.record.record_stream`), replay every method it ran against the recording
     with the same settings (`StreamRunner` with ``replay=``) and compare round by round
     with the decoder's records (`replay_check.compare_traces`). Returns per method
     rounds / matching_rounds / tau_real / tau_replay, or {"error": why}."""
     from specloop.data.streams import build_stream
     from specloop.realmodels.streams.replay_check import compare_traces
     from specloop.realmodels.streams.runner import StreamConfig, StreamRunner
-    from specloop.realmodels.recording import RecordSettings, head_feature_layers, open_recording, record_stream
+    from specloop.realmodels.recording import RecordSettings, head_feature_layers, open_recording
+    from specloop.realmodels.streams.record import record_stream
     from specloop.realmodels.streams.results import STREAM_ONLINE_DEFAULTS
     from specloop.record import Trace
     target = load_target(DEFAULT_TARGET, dtype="float32")
@@ -227,7 +228,7 @@ _CLAIMED_SIZE = {"online_beats_frozen_stream": None, "online_tau_gain_20pct": ON
 def _claims(rows: list[dict], stream_json: dict | None = None) -> list[dict]:
     """Verdicts from the paired per-prompt comparison of each online method with its
     own frozen draft (``vs_frozen`` of ``specloop stream --json``:
-    `stream_compare.paired_gain`, a t interval on per-prompt log tau ratios): the
+    `specloop.stats.paired_gain`, a t interval on per-prompt log tau ratios): the
     online method whose interval lies highest decides (best of the methods run)."""
     from specloop.report.verdicts import Estimate, measured_claim
     paired = [(m, s["vs_frozen"]) for m, s in ((stream_json or {}).get("methods") or {}).items()

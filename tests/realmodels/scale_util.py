@@ -15,7 +15,8 @@ def tiny_target(dtype: str = "float32"):
 
 
 def record_tiny(folder, count: int = 8):
-    from specloop.realmodels.recording import RecordSettings, record_stream
+    from specloop.realmodels.recording import RecordSettings
+    from specloop.realmodels.streams.record import record_stream
     gen = torch.Generator().manual_seed(4)
     # repetitive prompts: the suffix drafter has something to learn across the stream
     base = torch.randint(0, EOS, (6,), generator=gen).tolist()

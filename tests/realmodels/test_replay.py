@@ -14,7 +14,8 @@ from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.streams.replay import ReplayDecoder, load_verify_cost
 from specloop.realmodels.sampling import SamplingConfig
-from specloop.realmodels.recording import RecordSettings, open_recording, record_stream
+from specloop.realmodels.recording import RecordSettings, open_recording
+from specloop.realmodels.streams.record import record_stream
 from specloop.strategies.base import TreePlan
 from specloop.theory.speedup import VerifyCostTable
 

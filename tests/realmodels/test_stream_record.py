@@ -1,5 +1,6 @@
-"""`specloop.realmodels.recording`: batched greedy recording of a stream's target
-side, on tiny random Llama models built here (no tokenizer: items carry token ids)."""
+"""`specloop.realmodels.streams.record`: batched greedy recording of a stream's target
+side (format: `specloop.realmodels.recording`), on tiny random Llama models built here
+(no tokenizer: items carry token ids)."""
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import pytest
 import torch
 
 from specloop.data.streams import StreamItem
-from specloop.realmodels.recording import (RecordSettings, check_settings, generate_batch,
-                                               head_feature_layers, open_recording, record_stream)
+from specloop.realmodels.recording import RecordSettings, check_settings, head_feature_layers, open_recording
+from specloop.realmodels.streams.record import generate_batch, record_stream
 
 from .decoder_util import one_thread, plain_greedy, tiny_llama  # noqa: F401
 

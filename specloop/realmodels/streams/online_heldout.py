@@ -94,7 +94,7 @@ def heldout_set(recording, stream_indices, max_depth: int, top_m: int | None = N
     """The anchors of depths 1..``max_depth`` of recorded prompts (module docstring).
 
     Args:
-        recording: a `stream_record.Recording`.
+        recording: a `recording.Recording`.
         stream_indices: the recording's indices of the prompts (ints).
         max_depth: deepest head measured (>= 1).
         top_m: recorded p_target tokens kept per label (None = all recorded).
@@ -266,7 +266,7 @@ def online_heldout(recording, results: str | Path, method: str, drafter, *, froz
     """The per-chunk held-out table of one online method (module docstring).
 
     Args:
-        recording: the replayed `stream_record.Recording`.
+        recording: the replayed `recording.Recording`.
         results: the stream's results folder (``<results>/<method>/rounds.jsonl`` and
             its ``chunk-NNN.pt`` snapshots).
         method: the online method (`stream.resolve_method`), e.g. "opt-hydra".

@@ -201,7 +201,7 @@ class ReplayDecoder:
     """`SpeculativeDecoder`'s interface over a stream recording (greedy only).
 
     Args:
-        recording: `stream_record.Recording` (`open_recording`).
+        recording: `recording.Recording` (`open_recording`).
         target: the recorded target (`LoadedModel` or a transformers causal LM): its
             weights serve the drafters (embeddings, LM head) and its config is checked
             against the recording; its forward never runs.
@@ -213,7 +213,7 @@ class ReplayDecoder:
         verify_widths: {block size: width} padding map, priced at the width (as the
             decoder would verify it), or None.
         recorded_index: maps the ``stream_index`` a caller passes to the recording's
-            prompt index (a sub-stream, `stream_record.recorded_items` with
+            prompt index (a sub-stream, `recording.recorded_items` with
             ``every``); None = the same index.
 
     Raises:

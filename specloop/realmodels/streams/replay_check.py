@@ -89,7 +89,7 @@ def check_replay(recording, target, methods, config, *, prompts: int = 10, verif
     decoder and by the replay, and compare (module docstring).
 
     Args:
-        recording: `stream_record.Recording`. target: the recorded target, loaded in
+        recording: `recording.Recording`. target: the recorded target, loaded in
             the recording's dtype (`LoadedModel`).
         methods: method names (`specloop.realmodels.streams.runner.resolve_method`).
         config: `StreamConfig` (its ``max_new_tokens`` at most the recording's).

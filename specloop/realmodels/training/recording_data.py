@@ -361,7 +361,7 @@ def open_recording_splits(folders, target_name: str, target_model, kind: str, *,
     """Training and held-out splits of one or more recordings.
 
     Args:
-        folders: recording folders (each `stream_record.open_recording`).
+        folders: recording folders (each `recording.open_recording`).
         target_name: the target's name (must equal each recording's ``target``).
         target_model: the target (transformers causal LM) the draft is built for.
         kind: draft kind (decides the layers read, `head_layers`).
