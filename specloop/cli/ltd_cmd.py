@@ -67,7 +67,7 @@ def register(subparsers) -> None:
                        help="V while the depth policy trains alone (LTD: 60 on a GPU)")
     train.add_argument("--reward", choices=REWARD_CHOICES, default="throughput",
                        help="throughput: LTD's per-cycle tokens / second; net_tokens: tokens - rate x time "
-                            "(Dinkelbach form of the total throughput; see strategies.ltd.cycle_reward)")
+                            "(Dinkelbach form of the total throughput; see ltd.policy.cycle_reward)")
     train.add_argument("--reward-rate", type=float, default=None,
                        help="(net_tokens) tokens per target-forward time to beat; default (replay): the best "
                             "static tree's on the recording")

@@ -67,7 +67,7 @@ SHORT = {"LTD (co-trained)": "LTD (co-trained)",
 def _short(label: str) -> str:
     if label.startswith("static"):
         return label.replace(" (grid best)", "") + " (best static)"
-    if label.startswith("LTD fine-tuned on"):     # strategies.ltd.fine_tuned_label (any policy name)
+    if label.startswith("LTD fine-tuned on"):     # ltd.policy.fine_tuned_label (any policy name)
         return SHORT[FINE_TUNED]
     return SHORT.get(label, label)
 

@@ -9,7 +9,7 @@ drive the same object, with no thread. A round drafts the EAGLE-2 tree to the pl
 depth cap through the drafter's public ``propose``, then reveals it one layer at a time
 (an EAGLE-2 layer depends only on earlier layers, so the depth-<=D part of the cap-depth
 tree *is* the depth-D tree), takes V, and verifies the best V nodes (by cumulative draft
-probability, closed under ancestors: `strategies.ltd.select_subtree`) with the session.
+probability, closed under ancestors: `strategies.subtree.select_subtree`) with the session.
 Verification time is real. Draft time is the measured wall time of the round's drafting
 minus the calibrated seconds of the layers deeper than D that the policy did not ask for
 (`calibrate_layer_costs`, measured on the same drafter in the same run), i.e. what a
@@ -31,11 +31,12 @@ from specloop.realmodels.drafters.base import DraftProposal, DraftRequest
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, DraftStep, PlanState, TreeCandidates, TreePlan
 from specloop.strategies.engine import StepwiseRound, drive_round
-from specloop.ltd.policy import LTDConfig, layer_step, select_subtree
+from specloop.ltd.policy import LTDConfig, layer_step
+from specloop.strategies.subtree import select_subtree
 
 __all__ = ["calibrate_layer_costs", "RealHarness", "RealTreeEngine",
            "make_real_depth_env", "make_real_size_env",
-           "select_subtree"]   # select_subtree: re-exported from strategies.ltd
+           "select_subtree"]   # select_subtree: re-exported from strategies.subtree
 
 
 def calibrate_layer_costs(base, decoder_factory, prompt_ids, config: LTDConfig, max_depth: int,

@@ -28,7 +28,8 @@ import numpy as np
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, DraftStep, TreeCandidates
 from specloop.strategies.engine import StepwiseRound, drive_round
-from specloop.ltd.policy import LTDConfig, layer_step, select_subtree
+from specloop.ltd.policy import LTDConfig, layer_step
+from specloop.strategies.subtree import select_subtree
 
 __all__ = ["ReplayData", "ReplayPrompt", "ReplayTreeEngine", "load_replay", "run_replay_policy",
            "oracle_tokens_per_second"]
@@ -38,7 +39,7 @@ _KEYS = ("node_offsets", "tokens", "parents", "depths", "probs", "target_next", 
 
 @dataclass(frozen=True)
 class ReplayPrompt:
-    """One recorded prompt (arrays as written by ``ltd_record.record_prompt``)."""
+    """One recorded prompt (arrays as written by ``ltd.record.record_prompt``)."""
 
     node_offsets: np.ndarray   # int64 (T + 1,)
     tokens: np.ndarray         # int64 (N,)

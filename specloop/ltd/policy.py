@@ -45,7 +45,7 @@ from specloop.strategies.policies import _PolicyBase, check_k
 __all__ = [
     "LTDConfig", "MLPActor", "LTDPolicy", "depth_observation", "size_observation",
     "save_policy", "load_policy", "policy_path", "variant_name", "ltd_cache_dir", "PRETRAINED_DIR",
-    "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "PAPER_REWARDS", "cycle_reward", "select_subtree",
+    "FILE_FORMAT_VERSION", "CONTINUE", "STOP", "REWARDS", "PAPER_REWARDS", "cycle_reward",
     "layer_step", "fine_tuned_label",
 ]
 
@@ -212,39 +212,12 @@ def size_observation(candidates: TreeCandidates, config: LTDConfig) -> np.ndarra
     return obs
 
 
-def select_subtree(depths: np.ndarray, parents: np.ndarray, probs: np.ndarray, depth: int,
-                   verify_size: int) -> np.ndarray:
-    """The nodes a size policy's V selects from an EAGLE-2 tree drafted to ``depth``.
-
-    Args:
-        depths: int (n,) node depths (1 = child of the pending token).
-        parents: int (n,) parent index, -1 for depth-1 nodes.
-        probs: float (n,) cumulative draft probabilities (EAGLE-2's ranking score).
-        depth: D, nodes deeper than D are ignored (tokens, >= 1).
-        verify_size: V, nodes kept (>= 1; fewer when the tree is smaller).
-
-    Returns:
-        int64 indices (ascending) of the best ``verify_size`` nodes of depth <= D by
-        cumulative probability (ties: shallower, then earlier), plus any missing
-        ancestor, so the set is a tree even under floating-point ties.
-    """
-    nodes = np.flatnonzero(depths <= depth)
-    order = nodes[np.lexsort((nodes, depths[nodes], -probs[nodes]))][: max(1, int(verify_size))]
-    chosen = set(int(i) for i in order)
-    for i in list(chosen):
-        j = int(parents[i])
-        while j >= 0 and j not in chosen:
-            chosen.add(j)
-            j = int(parents[j])
-    return np.asarray(sorted(chosen), dtype=np.int64)
-
-
 def layer_step(depths: np.ndarray, parents: np.ndarray, probs: np.ndarray, depth: int, context_length: int,
                top_k: int) -> DraftStep:
     """The `DraftStep` a depth policy sees after drafting layer ``depth`` of an
     EAGLE-2 tree (the same values the tree drafters pass to ``continue_drafting``).
 
-    Args: as `select_subtree`; ``context_length`` L in tokens; ``top_k`` candidate
+    Args: as `specloop.strategies.subtree.select_subtree`; ``context_length`` L in tokens; ``top_k`` candidate
     probabilities kept.
 
     Returns:

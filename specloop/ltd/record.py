@@ -9,7 +9,7 @@ committed tokens and the target's features there, so the tree drafted at t is th
 same whichever rounds led to t. Recording one tree per position therefore lets any
 depth / verification-size policy be replayed: a round at t that accepts a tokens
 moves to t + a + 1. For a tree of depth <= D and size V (the best V nodes by
-cumulative draft probability, `strategies.ltd.select_subtree`) the accepted path follows
+cumulative draft probability, `strategies.subtree.select_subtree`) the accepted path follows
 the target's greedy token from the root through the kept children; the recorder
 verifies the union over D = 1..max_depth of those best-``max_verify`` subtrees
 (closed under ancestors) in one tree forward per position, so every such path is
@@ -38,7 +38,8 @@ from scipy.optimize import isotonic_regression
 from specloop.realmodels.drafters.base import DraftRequest
 from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan, TreePlan
-from specloop.ltd.policy import LTDConfig, select_subtree
+from specloop.ltd.policy import LTDConfig
+from specloop.strategies.subtree import select_subtree
 
 __all__ = ["record_prompt", "record_replay", "check_resumable", "measure_round_costs", "verified_union",
            "REPLAY_FORMAT_VERSION", "VERIFY_POINTS"]

@@ -39,7 +39,7 @@ from specloop.realmodels.verify import VerifyOutcome, children_lists, verify_gre
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, PlanState, TreeCandidates
 from specloop.strategies.engine import RoundHooks, chain_step, layer_draft_step
-from specloop.ltd.policy import select_subtree
+from specloop.strategies.subtree import select_subtree
 
 __all__ = ["DecodeSession", "GenerationResult", "TargetPass"]
 

@@ -1,7 +1,8 @@
 """Keeping part of a drafted tree: the one "keep these nodes and re-index their parents"
 helper that every engine and drafter uses (real proposals through
 `specloop.realmodels.drafters.base.DraftProposal.subset`, simulated trees in
-`specloop.sim.trees`, LTD's verification size in `specloop.ltd.policy`).
+`specloop.sim.trees`), and `select_subtree`, the nodes a verification size V keeps of
+an EAGLE-2 tree (the decoder's session and LTD's size policy, `specloop.ltd`).
 
 A tree is stored in topological order as ``parents`` (int, (n,), -1 for a child of the
 root / pending token, else an index smaller than the node's own). Keeping a set of
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["reindex_parents", "close_under_ancestors"]
+__all__ = ["reindex_parents", "close_under_ancestors", "select_subtree"]
 
 
 def reindex_parents(parents, keep) -> np.ndarray:
@@ -53,4 +54,31 @@ def close_under_ancestors(parents, nodes) -> np.ndarray:
         while j >= 0 and j not in chosen:
             chosen.add(j)
             j = int(par[j])
+    return np.asarray(sorted(chosen), dtype=np.int64)
+
+
+def select_subtree(depths: np.ndarray, parents: np.ndarray, probs: np.ndarray, depth: int,
+                   verify_size: int) -> np.ndarray:
+    """The nodes a size policy's V selects from an EAGLE-2 tree drafted to ``depth``.
+
+    Args:
+        depths: int (n,) node depths (1 = child of the pending token).
+        parents: int (n,) parent index, -1 for depth-1 nodes.
+        probs: float (n,) cumulative draft probabilities (EAGLE-2's ranking score).
+        depth: D, nodes deeper than D are ignored (tokens, >= 1).
+        verify_size: V, nodes kept (>= 1; fewer when the tree is smaller).
+
+    Returns:
+        int64 indices (ascending) of the best ``verify_size`` nodes of depth <= D by
+        cumulative probability (ties: shallower, then earlier), plus any missing
+        ancestor, so the set is a tree even under floating-point ties.
+    """
+    nodes = np.flatnonzero(depths <= depth)
+    order = nodes[np.lexsort((nodes, depths[nodes], -probs[nodes]))][: max(1, int(verify_size))]
+    chosen = set(int(i) for i in order)
+    for i in list(chosen):
+        j = int(parents[i])
+        while j >= 0 and j not in chosen:
+            chosen.add(j)
+            j = int(parents[j])
     return np.asarray(sorted(chosen), dtype=np.int64)

@@ -12,7 +12,8 @@ from gymnasium.utils import env_checker
 from specloop.ltd.evaluate import grid_search_static
 from specloop.ltd.env_replay import (ReplayTreeEngine, accepted_path, load_replay, oracle_tokens_per_second,
                                      run_replay_policy)
-from specloop.ltd.policy import LTDConfig, LTDPolicy, select_subtree
+from specloop.ltd.policy import LTDConfig, LTDPolicy
+from specloop.strategies.subtree import select_subtree
 from specloop.ltd.train import DepthEnv, SizeEnv
 
 CFG = LTDConfig(top_k=3, max_depth=4, verify_sizes=(2, 4, 8), size_obs_probs=16)
