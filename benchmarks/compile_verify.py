@@ -149,7 +149,7 @@ class HeadBench:
 
 
 def measure_head(kind: str, target, args) -> dict:
-    from specloop.realmodels.heads.eagle_drafter import load_eagle_drafter
+    from specloop.realmodels.registry.head_factories import load_eagle_drafter
     drafter = load_eagle_drafter(target, kind, train_if_missing=False, dtype=next(target.model.parameters()).dtype)
     bench = HeadBench(drafter.head, args.cache_len, args.head_frontier, seed=args.seed)
     sizes = [args.head_frontier * d for d in range(args.head_depths)]     # earlier nodes at depths 1..D

@@ -186,7 +186,8 @@ def _ngram_tree(args, nodes: int):
 
 def _methods(target, args) -> dict:
     from specloop.realmodels.decoder import eos_ids_of
-    from specloop.realmodels.drafters.datastore import DatastoreDrafter, load_or_build_index
+    from specloop.realmodels.drafters.datastore import DatastoreDrafter
+    from specloop.realmodels.registry.datastore import load_or_build_index
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
     from specloop.realmodels.policy import FixedDraftPolicy

@@ -534,7 +534,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
     import transformers
-    from specloop.realmodels.drafters.datastore import load_or_build_index
+    from specloop.realmodels.registry.datastore import load_or_build_index
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.streams.replay import load_verify_cost
     from specloop.realmodels.recording import open_recording, recorded_items

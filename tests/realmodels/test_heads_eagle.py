@@ -13,7 +13,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.heads.common import ReducedVocab, build_reduced_vocab
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
-from specloop.realmodels.heads.eagle_drafter import EagleDrafter, load_eagle_drafter, select_nodes
+from specloop.realmodels.heads.eagle_drafter import EagleDrafter, select_nodes
+from specloop.realmodels.registry.head_factories import load_eagle_drafter
 from specloop.realmodels.heads.hybrid import HybridDrafter
 from specloop.realmodels.loading import LoadedModel
 from specloop.realmodels.policy import FixedDraftPolicy

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from specloop.data.streams import StreamItem
-from specloop.realmodels.recording import (RecordSettings, head_feature_layers, open_recording,
-                                               record_stream)
+from specloop.realmodels.recording import RecordSettings, head_feature_layers, open_recording
+from specloop.realmodels.streams.record import record_stream
 from specloop.realmodels.training.recording_data import (VAL_EVERY, npz_memmaps, open_recording_splits)
 from specloop.realmodels.training.trainer import TrainConfig, get_trainer
 
@@ -108,7 +108,7 @@ def test_soft_targets_are_the_recorded_top_m(target, recording):
 
 
 def test_eagle3_training_lowers_the_loss_on_the_recording(target, recording, tmp_path):
-    from specloop.realmodels.heads.eagle_drafter import load_eagle_drafter
+    from specloop.realmodels.registry.head_factories import load_eagle_drafter
     from specloop.realmodels.training.train_eagle import ttt_loss
     train, _, _ = open_recording_splits([recording], "tiny", target.model, "eagle3")
     batch = train.window_sampler(16, 16, seed=7).sample()

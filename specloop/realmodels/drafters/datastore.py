@@ -27,11 +27,7 @@ lossless for greedy decoding and for sampling; see `drafters.base`).
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +37,7 @@ import torch
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
 
 __all__ = ["NGramIndex", "SourceWeights", "DatastoreDrafter", "count_trie", "context_suffix_matches",
-           "select_nodes", "datastore_root", "load_or_build_index", "make_datastore_drafter"]
+           "select_nodes"]
 
 INDEX_VERSION = 1
 _TOKEN_BITS_MAX = 20          # ids of up to 20 bits: 3 tokens per uint64 key word
@@ -505,109 +501,3 @@ class DatastoreDrafter(BaseDrafter):
         if not tokens:
             return DraftProposal.empty()
         return DraftProposal(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
-
-
-# ---------------------------------------------------------------------------------------------
-# the cached index of a target's warm-up corpus
-# ---------------------------------------------------------------------------------------------
-def datastore_root(target: str) -> Path:
-    """``$SPECLOOP_CACHE/datastore/<target>`` or ``~/.cache/specloop/datastore/<target>``."""
-    root = os.environ.get("SPECLOOP_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "specloop"
-    return base / "datastore" / re.sub(r"[^A-Za-z0-9._-]+", "_", target)
-
-
-def _warmup_stream(loaded, target: str, total_tokens: int, include_chat: bool) -> tuple[np.ndarray, dict]:
-    """The training split of the target's warm-up corpus (cached by the feature
-    pipeline; built and saved there when missing), plus the target's own cached
-    chat responses to warm-up prompts when present. Returns (int32 stream, provenance)."""
-    from specloop.realmodels.training.corpus import build_corpus, chat_documents, load_corpus, save_corpus
-    from specloop.realmodels.training.features import features_root
-    root = features_root(target)
-    try:
-        corpus = load_corpus(root / "corpus")
-        if corpus.requested_tokens != total_tokens:
-            raise FileNotFoundError
-    except FileNotFoundError:
-        corpus = build_corpus(loaded.tokenizer, total_tokens)
-        save_corpus(corpus, root / "corpus")
-    parts = [np.asarray(corpus.train_ids, dtype=np.int32)]
-    meta = {"corpus_fingerprint": corpus.fingerprint, "corpus_tokens": int(corpus.train_ids.size),
-            "chat_responses": 0}
-    chat_path = root / "chat_responses.jsonl"
-    if include_chat and chat_path.is_file():
-        records = [json.loads(line) for line in chat_path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if records:
-            eos = loaded.tokenizer.eos_token_id
-            for doc in chat_documents(records, loaded.tokenizer):
-                parts.append(np.asarray(loaded.tokenizer(doc.text, add_special_tokens=False)["input_ids"] + [eos],
-                                        dtype=np.int32))
-            meta["chat_responses"] = len(records)
-            meta["chat_digest"] = hashlib.sha256(chat_path.read_bytes()).hexdigest()[:16]
-    return np.concatenate(parts), meta
-
-
-def load_or_build_index(loaded, target: str, *, total_tokens: int = 1_200_000, include_chat: bool = True,
-                        root: str | Path | None = None) -> NGramIndex:
-    """The datastore index of ``target``'s warm-up corpus, built once and cached.
-
-    The cache is keyed by the corpus fingerprint (and the chat responses' digest),
-    so a changed corpus is re-indexed. Loading a cached index takes milliseconds;
-    building one from a cached corpus about a second; a missing corpus is first
-    built with `build_corpus` and saved where the feature pipeline keeps it
-    (minutes: it tokenises about 1.2M tokens).
-
-    Args:
-        loaded: the target `LoadedModel` (its tokenizer builds a missing corpus).
-        target: the target's name (cache folder).
-        total_tokens: the corpus' training-token budget (as the feature pipeline).
-        include_chat: also index the target's cached chat responses, if present.
-        root: cache folder (default `datastore_root`).
-
-    Raises:
-        ValueError: an empty corpus.
-    """
-    folder = Path(root) if root is not None else datastore_root(target)
-    from specloop.realmodels.training.features import features_root
-    corpus_meta = features_root(target) / "corpus" / "corpus.json"
-    chat_path = features_root(target) / "chat_responses.jsonl"
-    key = None
-    if corpus_meta.is_file():
-        meta = json.loads(corpus_meta.read_text(encoding="utf-8"))
-        if int(meta.get("requested_tokens", 0)) == total_tokens:
-            key = meta["fingerprint"]
-            if include_chat and chat_path.is_file():
-                key += "-" + hashlib.sha256(chat_path.read_bytes()).hexdigest()[:16]
-    if key is not None:
-        try:
-            index = NGramIndex.load(folder / key)
-            return index
-        except (FileNotFoundError, ValueError):
-            pass
-    t0 = time.perf_counter()
-    stream, meta = _warmup_stream(loaded, target, total_tokens, include_chat)
-    key = meta["corpus_fingerprint"] + ("-" + meta["chat_digest"] if "chat_digest" in meta else "")
-    index = NGramIndex.build(stream, dict(meta, target=target, build_seconds=time.perf_counter() - t0))
-    index.save(folder / key)
-    return NGramIndex.load(folder / key)
-
-
-def make_datastore_drafter(target, **options) -> DatastoreDrafter:
-    """Registry factory: ``DatastoreDrafter`` over ``target``'s cached warm-up index.
-
-    Options (others ignored): ``index`` (an `NGramIndex`, or None / "none" for
-    prompt lookup only), ``index_dir`` (a folder written by `NGramIndex.save`),
-    ``max_ngram``, ``min_ngram``, ``context_max_ngram``, ``max_matches``,
-    ``default_nodes``.
-    """
-    keys = ("max_ngram", "min_ngram", "context_max_ngram", "context_min_ngram", "max_matches", "default_nodes")
-    kwargs = {k: v for k, v in options.items() if k in keys and v is not None}
-    if "index" in options:
-        index = options["index"]
-        index = None if index in (None, "none") else index
-    elif options.get("index_dir"):
-        index = NGramIndex.load(options["index_dir"])
-    else:
-        name = getattr(target, "name", None) or "target"
-        index = load_or_build_index(target, name)
-    return DatastoreDrafter(index, **kwargs)

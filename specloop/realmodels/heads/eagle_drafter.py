@@ -257,36 +257,23 @@ class EagleDrafter(BaseDrafter):
         return full.subset(select_nodes(logcum, budget))
 
 
-def load_eagle_drafter(target, kind: str = "eagle", *, folder=None, train_if_missing: bool = True,
-                       progress: bool = True, train_config: dict | None = None,
-                       dtype: str | torch.dtype | None = None) -> EagleDrafter:
-    """Load the saved EAGLE / EAGLE-3 draft of ``target`` (a `LoadedModel`), training
-    it first (with progress bars) when none is saved and ``train_if_missing``.
+def eagle_drafter_from_saved(target, kind: str, tensors: dict, meta: dict,
+                             dtype: str | torch.dtype | None = None) -> EagleDrafter:
+    """The EAGLE / EAGLE-3 drafter of ``target`` (a `LoadedModel`) from a saved draft
+    (``tensors, meta`` as `specloop.realmodels.heads.common.load_draft` gives them;
+    loading, or training first when none is saved, is
+    `specloop.realmodels.registry.head_factories.load_eagle_drafter`).
 
-    Looks in ``folder`` (or the draft cache, then the package's shipped float16 copy).
     ``dtype``: the head's dtype for drafting (None = float32, what online training
     needs). bfloat16 halves a CPU draft step with a bfloat16 target (SmolLM2-135M,
     top-6 tree layer: ~6 -> ~3 ms; measured accepted length unchanged to 1 %); the
     draft's numerics change, never the decoder's output.
 
     Raises:
-        FileNotFoundError: no draft saved and ``train_if_missing`` is False.
         ValueError: the saved draft does not fit this target (other hidden size or
             vocabulary).
     """
-    from specloop.realmodels.heads.common import load_draft
     from specloop.realmodels.heads.eagle import EagleConfig
-    name = str(target.name)
-    try:
-        tensors, meta = load_draft(name, kind, folder)
-    except FileNotFoundError:
-        if not train_if_missing:
-            raise
-        from specloop.realmodels.training.trainer import TrainConfig, get_trainer
-        cfg = TrainConfig(target=name, kind=kind, out_dir=str(folder) if folder else None,
-                          **(train_config or {}))
-        get_trainer(kind)(cfg, loaded=target, progress=progress)
-        tensors, meta = load_draft(name, kind, folder)
     head_cfg = EagleConfig(**{**meta["config"], "feature_layers": tuple(meta["config"]["feature_layers"])})
     model = target.model
     if head_cfg.target_vocab_size != int(model.get_output_embeddings().weight.shape[0]) or \

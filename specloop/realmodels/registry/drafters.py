@@ -7,7 +7,7 @@ keyword arguments (``dtype``, ``device``, ``checkpoint`` ...; a factory must acc
 and ignore options it does not know). Built in: ``ngram`` (prompt lookup),
 ``ngram-datastore`` (REST retrieval from an n-gram index of the target's warm-up
 corpus merged with prompt lookup, `drafters.datastore`; the index is built once and
-cached), ``suffix`` (SuffixDecoding over earlier outputs and the current request,
+cached, `registry.datastore`), ``suffix`` (SuffixDecoding over earlier outputs and the current request,
 `drafters.suffix`), ``hedge:SOURCE,SOURCE,...`` (exponential weights over those sources,
 `drafters.hedge`), ``eagle:PATH`` / ``eagle3:PATH`` / ``medusa:PATH`` / ``hydra:PATH`` (a published
 checkpoint: a local directory or an HF id in the local HF cache,
@@ -15,8 +15,8 @@ checkpoint: a local directory or an HF id in the local HF cache,
 HF id / path, default ``smollm2-135m``). Any name that is not registered is treated as a
 model name or path for a plain (untrained) small-LM draft,
 `drafters.small_lm.make_small_lm_drafter`, so ``--draft smollm2-135m`` works.
-The trained-heads package provides ``eagle``, ``eagle3``, ``medusa``, ``hydra``,
-``hybrid`` and the distilled ``small-lm`` (`specloop.realmodels.registry.heads`).
+The trained heads provide ``eagle``, ``eagle3``, ``medusa``, ``hydra``, ``hybrid`` and
+the distilled ``small-lm`` (`specloop.realmodels.registry.heads`).
 """
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def _ensure_builtins() -> None:
     if _BUILTINS_DONE:
         return
     _BUILTINS_DONE = True
-    from specloop.realmodels.drafters.datastore import make_datastore_drafter
+    from specloop.realmodels.registry.datastore import make_datastore_drafter
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
     from specloop.realmodels.drafters.suffix import make_suffix_drafter

@@ -1,7 +1,8 @@
 """Registry factories of the trained feature-head and small-LM drafters (``hydra``,
-``medusa``, ``small-lm``): the saved draft of a target, loaded (or trained first
-with ``specloop draft train``'s trainer) and wrapped in its drafter
-(`specloop.realmodels.heads.head_drafting`, `specloop.realmodels.heads.small_lm`).
+``medusa``, ``small-lm``) and the EAGLE / EAGLE-3 loader: the saved draft of a target,
+loaded (or trained first with ``specloop draft train``'s trainer, `load_or_train`) and
+wrapped in its drafter (`specloop.realmodels.heads.head_drafting`,
+`specloop.realmodels.heads.small_lm`, `specloop.realmodels.heads.eagle_drafter`).
 Registered by `specloop.realmodels.registry.heads`.
 """
 from __future__ import annotations
@@ -10,7 +11,8 @@ import torch
 
 from specloop.realmodels.heads.head_drafting import HydraDrafter, MedusaDrafter
 
-__all__ = ["load_or_train", "make_hydra_drafter", "make_medusa_drafter", "make_distilled_small_lm_drafter"]
+__all__ = ["load_or_train", "load_eagle_drafter", "make_hydra_drafter", "make_medusa_drafter",
+           "make_distilled_small_lm_drafter"]
 
 
 def load_or_train(target, kind: str, *, folder=None, train_if_missing: bool = True, progress: bool = True,
@@ -36,6 +38,27 @@ def load_or_train(target, kind: str, *, folder=None, train_if_missing: bool = Tr
     cfg = TrainConfig(target=name, kind=kind, out_dir=str(folder) if folder else None, **(train_config or {}))
     get_trainer(kind)(cfg, loaded=target, progress=progress)
     return load_draft(name, kind, folder)
+
+
+def load_eagle_drafter(target, kind: str = "eagle", *, folder=None, train_if_missing: bool = True,
+                       progress: bool = True, train_config: dict | None = None,
+                       dtype: str | torch.dtype | None = None):
+    """Load the saved EAGLE / EAGLE-3 draft of ``target`` (a `LoadedModel`), training
+    it first (with progress bars) when none is saved and ``train_if_missing``.
+
+    Looks in ``folder`` (or the draft cache, then the package's shipped float16 copy).
+    ``dtype``: the head's dtype for drafting (None = float32, what online training
+    needs); see `specloop.realmodels.heads.eagle_drafter.eagle_drafter_from_saved`.
+
+    Raises:
+        FileNotFoundError: no draft saved and ``train_if_missing`` is False.
+        ValueError: the saved draft does not fit this target (other hidden size or
+            vocabulary).
+    """
+    from specloop.realmodels.heads.eagle_drafter import eagle_drafter_from_saved
+    tensors, meta = load_or_train(target, kind, folder=folder, train_if_missing=train_if_missing, progress=progress,
+                                  train_config=train_config)
+    return eagle_drafter_from_saved(target, kind, tensors, meta, dtype=dtype)
 
 
 def _loader_options(options: dict) -> dict:

@@ -32,17 +32,17 @@ def _head_options(options: dict) -> dict:
 
 
 def make_eagle(target, **options):
-    from specloop.realmodels.heads.eagle_drafter import load_eagle_drafter
+    from specloop.realmodels.registry.head_factories import load_eagle_drafter
     return load_eagle_drafter(target, "eagle", **_head_options(options))
 
 
 def make_eagle3(target, **options):
-    from specloop.realmodels.heads.eagle_drafter import load_eagle_drafter
+    from specloop.realmodels.registry.head_factories import load_eagle_drafter
     return load_eagle_drafter(target, "eagle3", **_head_options(options))
 
 
 def make_hybrid(target, **options):
-    from specloop.realmodels.heads.eagle_drafter import load_eagle_drafter
+    from specloop.realmodels.registry.head_factories import load_eagle_drafter
     from specloop.realmodels.heads.hybrid import HybridDrafter
     kind = options.get("head") or "eagle"
     head = load_eagle_drafter(target, kind, **_head_options(options))
