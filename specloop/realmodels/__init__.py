@@ -9,12 +9,23 @@ Modules (one job each):
   top-p applied identically to p_target and q_draft).
 * `tree`         -- float 4D tree attention mask and position ids.
 * `kvcache`      -- cache crop / accepted-path pruning, model forward helpers.
+* `padding`      -- verify-block padding to calibrated widths.
 * `verify`       -- chain / tree speculative sampling on probabilities.
+* `session`      -- ``DecodeSession``: one prompt's rounds (draft, verify, commit).
 * `decoder`      -- ``SpeculativeDecoder``: the round loop, RoundRecord / Trace.
 * `policy`       -- a fixed draft policy and ``--tree`` shape parsing.
+* `recording`    -- a stream recording's settings, format and readers (numpy only).
+
+Sub-packages:
+
 * `drafters`     -- the ``Drafter`` plugin interface (``drafters.base``), n-gram
-  prompt lookup, small-LM drafts (same or re-tokenised vocabulary), registry.
-* `heads`, `training` -- trained EAGLE / Medusa / Hydra heads (their own issue).
+  prompt lookup, datastore, suffix, hedge, small-LM drafts.
+* `heads`        -- trained EAGLE / EAGLE-3 / Medusa / Hydra / small-LM heads.
+* `training`     -- offline training of the heads (corpus, features, trainers).
+* `online`       -- online adaptation of a draft inside the decoder.
+* `registry`     -- drafters by name: the one place that loads or trains a draft.
+* `streams`      -- prompt streams: runner, recorder, replay, comparisons, grid.
+* `reasoning`    -- Lookahead Reasoning (step drafts judged by the target).
 
 Submodules are imported explicitly (``from specloop.realmodels.decoder import
 SpeculativeDecoder``) so that importing the package stays cheap.
