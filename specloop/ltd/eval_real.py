@@ -26,7 +26,7 @@ from typing import Callable
 import torch
 
 from specloop.ltd.evaluate import (ablation_policies, add_named_policies, evaluate_rows, grid_search_static,
-                                          load_optional, replay_ltd_config)
+                                   load_optional, replay_ltd_config)
 
 __all__ = ["default_target", "RealLTDSetup", "prompt_ids", "build_harness", "RealEvalConfig", "real_eval",
            "real_overhead", "RealFineTuneConfig", "fine_tune_real", "RecordConfig", "record_real",

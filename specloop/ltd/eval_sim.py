@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specloop.ltd.evaluate import (ablation_policies, add_named_policies, evaluate_rows, grid_search_static,
-                                          load_optional, replay_ltd_config)
+                                   load_optional, replay_ltd_config)
 
 __all__ = ["SimEvalConfig", "sim_eval", "sim_overhead", "ReplayEvalConfig", "replay_eval", "replay_config",
            "replay_grid_pairs"]

@@ -36,7 +36,7 @@ import numpy as np
 from specloop.record import RoundRecord
 from specloop.strategies.base import DraftStep, TreeCandidates
 from specloop.ltd.policy import (CONTINUE, LTDConfig, LTDPolicy, MLPActor, cycle_reward,
-                                     depth_observation, size_observation)
+                                 depth_observation, size_observation)
 
 __all__ = ["LTDEngine", "DepthEnv", "SizeEnv", "PPO_SETTINGS", "ppo_kwargs", "train_ppo",
            "CoTrainSchedule", "co_train", "fine_tune", "measure_policy_overhead"]

@@ -15,7 +15,7 @@ from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, DraftRequest, policy_continues,
                                               policy_verify_size)
 from specloop.ltd.env_real import (RealHarness, RealTreeEngine, make_real_depth_env, make_real_size_env,
-                                         select_subtree)
+                                   select_subtree)
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.record import RoundRecord
 from specloop.strategies.base import DraftPlan, TreePlan

@@ -13,7 +13,7 @@ import torch
 
 from specloop.data.streams import StreamItem
 from specloop.realmodels.streams.online_heldout import (apply_snapshot, evaluate_draft, heldout_set, load_snapshot,
-                                                offline_rows, online_heldout)
+                                                        offline_rows, online_heldout)
 from specloop.realmodels.streams.runner import StreamConfig, StreamRunner, chunk_snapshot_path
 from specloop.realmodels.recording import RecordSettings, open_recording
 from specloop.realmodels.streams.record import record_stream

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specloop.realmodels.streams.runner import (BASELINE, METHODS, StreamConfig, StreamRunner, resolve_method,
-                                        summarise)
+                                                summarise)
 from specloop.record import Trace
 from tests.realmodels.decoder_util import plain_greedy
 from tests.realmodels.test_online_util import hydra_drafter, prompts, tiny_loaded

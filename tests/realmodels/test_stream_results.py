@@ -10,7 +10,7 @@ import pytest
 
 from specloop.realmodels.streams.runner import BASELINE, StreamConfig
 from specloop.realmodels.streams.results import (STREAM_ONLINE_DEFAULTS, StreamRun, plot_stream, serve_stream,
-                                                stream_result)
+                                                 stream_result)
 
 
 def _stream_defaults() -> argparse.Namespace:

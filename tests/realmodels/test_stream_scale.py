@@ -8,7 +8,7 @@ import math
 import pytest
 
 from specloop.realmodels.streams.scale import (GridSettings, ScaleJob, baseline_job, paper_chunk, plan_jobs,
-                                              run_grid)
+                                               run_grid)
 from specloop.realmodels.streams.scale_results import protocol_summary, scale_targets, t_grid, write_results
 
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from specloop.record import RoundRecord
 from specloop.strategies.base import DraftPlan, DraftPolicy, DraftStep, PlanState, TreeCandidates
 from specloop.ltd.policy import (LTDConfig, LTDPolicy, MLPActor, cycle_reward, depth_observation,
-                                     load_policy, policy_path, save_policy, size_observation)
+                                 load_policy, policy_path, save_policy, size_observation)
 
 CFG = LTDConfig(top_k=4, max_depth=6, verify_sizes=(2, 4, 8, 16), size_obs_probs=24)
 

@@ -13,7 +13,7 @@ Factories accept and ignore unknown options.
 from __future__ import annotations
 
 from specloop.realmodels.registry.head_factories import (make_distilled_small_lm_drafter, make_hydra_drafter,
-                                                      make_medusa_drafter)
+                                                         make_medusa_drafter)
 
 __all__ = ["make_eagle", "make_eagle3", "make_hybrid", "head_drafter_factories"]
 
