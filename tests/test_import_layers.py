@@ -2,11 +2,25 @@
 imports `specloop.cli` (the ``python -m specloop`` entry point aside), and `sim` and
 `realmodels` never import each other. Every import counts, including those inside
 functions (issue 17: four circles before, among them the ltd commands and the two
-drafter registries)."""
+drafter registries).
+
+No circle between units either: a module below a sub-package (``specloop.A.B.x``)
+counts as its sub-package ``specloop.A.B``, a root module (``specloop.A.x``) as
+itself, as ``shared/tools/import_graph.py`` folds them (the drafters -> heads ->
+training -> drafters kind of circle, which no two modules form). `theory` imports
+nothing of the package but itself, `strategies` and `sim` no models, `specloop.ltd`
+sits above `sim` and `realmodels` (neither imports it), and importing
+`specloop.strategies` or `specloop.sim` loads neither torch, gymnasium nor
+stable-baselines3."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "specloop"
 
@@ -102,6 +116,70 @@ def test_sim_and_realmodels_never_import_each_other():
                  for a, b in (("specloop.sim", "specloop.realmodels"), ("specloop.realmodels", "specloop.sim"))
                  if (m == a or m.startswith(a + ".")) and (d == b or d.startswith(b + ".")))
     assert bad == []
+
+
+def _unit(module: str, mods: dict) -> str:
+    """``specloop.A.B`` for a module below sub-package B of A (or B's ``__init__``),
+    else the module itself."""
+    parts = module.split(".")
+    if len(parts) > 3 or (len(parts) == 3 and mods[module].name == "__init__.py"):
+        return ".".join(parts[:3])
+    return module
+
+
+def _unit_graph() -> dict[str, set[str]]:
+    mods = _modules()
+    out: dict[str, set[str]] = {}
+    for m, deps in _graph().items():
+        u = _unit(m, mods)
+        out.setdefault(u, set()).update(_unit(d, mods) for d in deps if _unit(d, mods) != u)
+    return out
+
+
+def test_no_circles_between_units():
+    assert _cycles(_unit_graph()) == []
+
+
+def _inside(name: str, layer: str) -> bool:
+    return name == layer or name.startswith(layer + ".")
+
+
+def test_layers_import_only_downwards():
+    """theory is pure; strategies and sim see no models; nothing below ltd imports it."""
+    graph = _graph()
+    forbidden = {
+        "specloop.theory": ("specloop.sim", "specloop.strategies", "specloop.realmodels", "specloop.ltd",
+                            "specloop.figures", "specloop.report", "specloop.data", "specloop.integrations"),
+        "specloop.strategies": ("specloop.sim", "specloop.realmodels", "specloop.ltd", "specloop.figures",
+                                "specloop.report", "specloop.integrations"),
+        "specloop.sim": ("specloop.realmodels", "specloop.ltd", "specloop.figures", "specloop.report",
+                         "specloop.integrations"),
+        "specloop.realmodels": ("specloop.sim", "specloop.ltd", "specloop.figures", "specloop.report"),
+        "specloop.stats": ("specloop.sim", "specloop.realmodels", "specloop.ltd", "specloop.figures",
+                           "specloop.report"),
+    }
+    bad = sorted((m, d) for m, deps in graph.items() for d in deps for layer, above in forbidden.items()
+                 if _inside(m, layer) and any(_inside(d, a) for a in above))
+    assert bad == []
+
+
+def test_the_unit_fold():
+    mods = {"specloop.realmodels.heads": Path("specloop/realmodels/heads/__init__.py"),
+            "specloop.realmodels.heads.eagle": Path("specloop/realmodels/heads/eagle.py"),
+            "specloop.realmodels.decoder": Path("specloop/realmodels/decoder.py"),
+            "specloop.stats": Path("specloop/stats.py")}
+    assert [_unit(m, mods) for m in mods] == ["specloop.realmodels.heads", "specloop.realmodels.heads",
+                                             "specloop.realmodels.decoder", "specloop.stats"]
+
+
+@pytest.mark.parametrize("package", ["specloop.strategies", "specloop.sim"])
+def test_strategies_and_sim_load_no_torch_or_rl(package):
+    heavy = ("torch", "gymnasium", "stable_baselines3")
+    code = f"import sys, {package}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
+    root = str(PACKAGE.parent)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.stdout.strip() == "", f"import {package} loaded {out.stdout.strip()}"
 
 
 def test_the_scan_sees_a_circle():
