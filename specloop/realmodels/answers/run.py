@@ -5,8 +5,8 @@ batched `generator.generate_greedy` call over its prompts, and rewrites the mani
 after each. A rerun of the same command verifies the finished pieces and continues with
 the first missing one; a folder made with other settings, another target (weights
 fingerprint) or another tokenizer is refused. ``budget_minutes`` stops cleanly at a
-piece boundary: a piece is not started when the time used plus the last piece's time
-would pass the budget.
+piece boundary: after its first piece, a run starts no piece when the time used plus the
+last piece's time would pass the budget.
 """
 from __future__ import annotations
 
@@ -108,8 +108,8 @@ def _run_pieces(model, items, folder: Path, settings: AnswerSettings, manifest: 
     for number, first in enumerate(range(0, total, size)):
         if piece_name(number) in done:
             continue
-        if budget_minutes is not None and time.perf_counter() - started + last > 60.0 * float(budget_minutes):
-            break
+        if budget_minutes is not None and last > 0 and time.perf_counter() - started + last > 60.0 * float(budget_minutes):
+            break                                            # (every run writes at least one piece)
         piece_items, t0 = items[first:first + size], time.perf_counter()
         answers = generate_greedy(model, [list(it.ids) for it in piece_items], settings.max_new_tokens, eos,
                                   batch_size=settings.batch_size)
