@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "specloop.cli.draft_cmd",
     "specloop.cli.generate_cmd",
     "specloop.cli.stream_cmd",
+    "specloop.cli.answers_cmd",
     "specloop.cli.reason_cmd",
 ]
 

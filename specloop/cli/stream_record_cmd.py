@@ -28,7 +28,12 @@ def register_record(sub) -> None:
     parser.add_argument("--split", choices=["heldout", "warmup", "all"], default="heldout",
                         help="the datasets' split (heldout: the stream; warmup: offline initialisation)")
     parser.add_argument("--order", choices=["shift", "interleave"], default="shift")
-    parser.add_argument("--prompts", type=int, default=12, help="prompts (split over datasets)")
+    parser.add_argument("--prompts", type=int, default=None,
+                        help="prompts (split over datasets; default 12); with --from-answers the set's first N "
+                             "(default: all)")
+    parser.add_argument("--from-answers", default=None, metavar="DIR",
+                        help="rebuild the recording from an answer set by teacher-forced prefill (no generation); "
+                             "target, dtype and prompts come from the set")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N prompt tokens")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
@@ -93,9 +98,39 @@ def _record(args) -> dict:
     return {**manifest, "tokens_per_s": new / seconds if seconds else None, "wall_s": time.perf_counter() - t0}
 
 
+def _rebuild(args) -> dict:
+    from tqdm.auto import tqdm
+
+    from specloop.realmodels.answers.answer_set import open_answer_set
+    from specloop.realmodels.answers.rebuild import rebuild_recording
+    from specloop.realmodels.loading import load_model
+    if args.prompts is not None and args.prompts < 1:
+        raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    settings = open_answer_set(args.from_answers).settings
+    target = load_model(settings["target"], dtype=settings["dtype"], device=args.device)
+    bar = tqdm(desc="rebuild", unit="prompt", disable=args.json, file=sys.stderr)
+    t0 = time.perf_counter()
+    try:
+        manifest = rebuild_recording(target, args.from_answers, args.out, prompts=args.prompts, top_m=args.top_m,
+                                     batch_size=args.batch_size, shard_size=args.shard_size,
+                                     feature_dtype=args.feature_dtype,
+                                     progress=lambda done, total: (setattr(bar, "total", total), bar.update(done - bar.n)))
+    finally:
+        bar.close()
+    seconds = sum(s["seconds"] for s in manifest["shards"])
+    positions = sum(s["positions"] for s in manifest["shards"])
+    return {**manifest, "tokens_per_s": None, "positions_per_s": positions / seconds if seconds else None,
+            "wall_s": time.perf_counter() - t0}
+
+
 def run_record(args) -> int:
     try:
-        result = _record(args)
+        if args.from_answers is not None:
+            result = _rebuild(args)
+        else:
+            if args.prompts is None:
+                args.prompts = 12
+            result = _record(args)
     except (ValueError, FileNotFoundError) as err:
         print(f"specloop stream record: {err}", file=sys.stderr)
         return 2
@@ -106,6 +141,8 @@ def run_record(args) -> int:
     check = result.get("check", {})
     print(f"recorded {sum(s['prompts'] for s in result['shards'])} prompts, {positions} positions, "
           f"{sum(s['new_tokens'] for s in result['shards'])} new tokens into {args.out}")
+    if result.get("positions_per_s"):
+        print(f"rebuilt from {args.from_answers}: {result['positions_per_s']:.1f} positions/s (teacher-forced prefill)")
     if result["tokens_per_s"]:
         print(f"generation: {result['tokens_per_s']:.1f} new tokens/s (batch {args.batch_size})")
     print(f"total size: {result['total_bytes'] / 2**20:.1f} MiB ({result['total_bytes'] / max(positions, 1):.0f} "
