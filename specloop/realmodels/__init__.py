@@ -25,6 +25,7 @@ Sub-packages:
 * `online`       -- online adaptation of a draft inside the decoder.
 * `registry`     -- drafters by name: the one place that loads or trains a draft.
 * `streams`      -- prompt streams: runner, recorder, replay, comparisons, grid.
+* `answers`      -- answer sets: the batched greedy generator, the format, rebuilds.
 * `reasoning`    -- Lookahead Reasoning (step drafts judged by the target).
 
 Submodules are imported explicitly (``from specloop.realmodels.decoder import

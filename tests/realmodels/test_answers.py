@@ -156,7 +156,7 @@ def test_smollm2_float32_answers_equal_the_decoders_batch1_greedy(smollm2_float3
     from specloop.data.streams import build_stream
     from specloop.realmodels.decoder import SpeculativeDecoder, eos_ids_of
     from specloop.realmodels.policy import FixedDraftPolicy
-    from specloop.realmodels.stream import NoDraft
+    from specloop.realmodels.drafters.base import NoDraft
     items = build_stream(["sharegpt"], 5, smollm2_float32.tokenizer, split="heldout", max_prompt_tokens=96)
     prompts = [list(it.ids) for it in items]
     assert len({len(p) for p in prompts}) > 1, "ragged prompts"
@@ -173,7 +173,8 @@ def test_a_recording_rebuilt_from_answers_equals_a_direct_recording(tmp_path):
     import numpy as np
 
     from specloop.realmodels.answers.rebuild import rebuild_recording
-    from specloop.realmodels.stream_record import RecordSettings, head_feature_layers, open_recording, record_stream
+    from specloop.realmodels.recording import RecordSettings, head_feature_layers, open_recording
+    from specloop.realmodels.streams.record import record_stream
     prompts, target = _prompts(7), _target()
     generate_answer_set(target, _items(prompts), tmp_path / "answers", _settings(7))
     rebuilt = open_recording(tmp_path / "rec") if rebuild_recording(

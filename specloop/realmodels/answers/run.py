@@ -23,7 +23,7 @@ __all__ = ["generate_answer_set", "check_resumable"]
 
 
 def _prompts_sha256(items) -> str:
-    from specloop.realmodels.stream_record import prompts_fingerprint
+    from specloop.realmodels.recording import prompts_fingerprint
     return prompts_fingerprint(it.ids for it in items)
 
 
