@@ -138,6 +138,16 @@ def test_another_target_tokenizer_or_setting_is_refused(tmp_path):
         generate_answer_set(_target(), _items(prompts), tmp_path, _settings(4, piece_size=3))
 
 
+def test_the_check_before_tokenizing_accepts_the_same_settings_and_names_another(tmp_path):
+    """The CLI checks a folder before the model loads, when the prompts' hash is not known yet."""
+    from specloop.realmodels.answers.run import check_resumable
+    prompts = _prompts(4)
+    generate_answer_set(_target(), _items(prompts), tmp_path, _settings(4, piece_size=2), budget_minutes=1e-9)
+    assert check_resumable(tmp_path, _settings(4, piece_size=2))["pieces"][0]["file"] == "piece-0000.npz"
+    with pytest.raises(ValueError, match="piece_size: recorded 2, asked 3"):
+        check_resumable(tmp_path, _settings(4, piece_size=3))
+
+
 def test_a_truncated_manifest_is_named(tmp_path):
     prompts = _prompts(2)
     generate_answer_set(_target(), _items(prompts), tmp_path, _settings(2))

@@ -32,6 +32,9 @@ def check_resumable(folder: Path, settings: AnswerSettings, fingerprint: str | N
     """The existing manifest of ``folder`` when a run with these settings may extend it
     (None when there is none).
 
+    An empty ``settings.prompts_sha256`` is not compared (the CLI checks before it has
+    tokenized the prompts; `generate_answer_set` compares it once it has).
+
     Raises:
         ValueError: other settings (naming each: recorded vs asked), another target
             fingerprint or tokenizer, another format; `DamagedPieceError`.
@@ -40,6 +43,8 @@ def check_resumable(folder: Path, settings: AnswerSettings, fingerprint: str | N
         return None
     manifest = read_manifest(folder)
     asked, recorded = settings.to_dict(), manifest["settings"]
+    if not asked["prompts_sha256"]:                   # not known before the prompts are tokenized
+        del asked["prompts_sha256"]
     differ = {k: (recorded.get(k), v) for k, v in asked.items() if recorded.get(k) != v}
     if differ:
         text = ", ".join(f"{k}: recorded {a!r}, asked {b!r}" for k, (a, b) in differ.items())
