@@ -21,10 +21,14 @@ declared dependencies are not installed).
 
 Splits: every dataset is split deterministically by position in its file: items
 with ``index % HELDOUT_EVERY == 0`` are **held out** (benchmarks, tests, the
-online stream) and never used to train or warm up a draft; the rest is the
-**warm-up** split (offline initialisation). Sizes: humaneval 41 / 123, mt-bench
-20 / 60, ifbench 74 / 220, sharegpt 2,785 / 8,354 (positions counted over the
-recovered conversations that start with a human turn).
+online stream) and never used to train or warm up a draft; the **warm-up** split
+(offline initialisation, training answer sets) is the rest, less every row *related*
+to a held-out row (`related_keys`): the same text up to whitespace and case in its
+first or its last 1,000 characters, or, in ShareGPT, the same conversation (ShareGPT
+splits long conversations into parts ``ROOT_0``, ``ROOT_1``, ... and many first turns
+recur verbatim). Sizes held out / warm-up: humaneval 41 / 123, mt-bench 20 / 60,
+ifbench 74 / 220, sharegpt 2,785 / 6,687 (1,667 related rows dropped; positions
+counted over the recovered conversations that start with a human turn).
 
 ShareGPT topic domains (for streams of at least 300 held-out prompts per domain,
 which no other shipped dataset has): ``sharegpt-code``, ``sharegpt-writing`` and
@@ -32,7 +36,7 @@ which no other shipped dataset has): ``sharegpt-code``, ``sharegpt-writing`` and
 (`sharegpt_topic`: code words or fences first, then a writing verb in the first 300
 characters, else chat). They keep ShareGPT's own split (a topic's held-out prompts are
 ShareGPT held-out prompts), so every warm-up split stays disjoint from every stream.
-Sizes held out / warm-up: code 737 / 2,171, writing 416 / 1,297, chat 1,632 / 4,886.
+Sizes held out / warm-up: code 737 / 1,581, writing 416 / 1,137, chat 1,632 / 3,969.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["Prompt", "DATASETS", "SHAREGPT_TOPICS", "HELDOUT_EVERY", "load_prompts", "dataset_path",
-           "warmup_texts", "recover_json_array", "sharegpt_topic", "dataset_names"]
+           "warmup_texts", "recover_json_array", "sharegpt_topic", "dataset_names", "related_keys"]
 
 HELDOUT_EVERY = 4
 
@@ -202,12 +206,32 @@ def _all_prompts(dataset: str) -> tuple[Prompt, ...]:
     return tuple(_parse(dataset, row) for row in rows)
 
 
+_SHAREGPT_PART = re.compile(r"(.+)_(\d+)")
+
+
+def related_keys(prompt: Prompt) -> tuple[str, ...]:
+    """The keys by which two prompts count as the same item across splits: the first and
+    the last 1,000 characters of the text (whitespace collapsed, case folded) and, for
+    ShareGPT (and its topics), the conversation's root id (``ROOT`` of ``ROOT_N``).
+
+    Returns:
+        a tuple of 2 or 3 strings, each tagged with its kind ("head:", "tail:", "root:").
+    """
+    text = " ".join(prompt.text.split()).casefold()
+    keys = ("head:" + text[:1000], "tail:" + text[-1000:])
+    if prompt.dataset == "sharegpt" or prompt.dataset in SHAREGPT_TOPICS:
+        part = _SHAREGPT_PART.fullmatch(prompt.id)
+        keys += ("root:" + (part.group(1) if part else prompt.id),)
+    return keys
+
+
 def load_prompts(dataset: str, split: str = "heldout", limit: int | None = None) -> list[Prompt]:
     """Prompts of one dataset, in file order.
 
     Args:
         dataset: "humaneval", "mt-bench", "ifbench" or "sharegpt".
-        split: "heldout" (index % 4 == 0), "warmup" (the rest) or "all".
+        split: "heldout" (index % 4 == 0), "warmup" (the rest, less the rows related
+            to a held-out row by `related_keys`) or "all".
         limit: keep the first ``limit`` prompts of the split (None = all).
 
     Raises:
@@ -226,7 +250,9 @@ def load_prompts(dataset: str, split: str = "heldout", limit: int | None = None)
     if split == "heldout":
         chosen = [p for i, p in enumerate(prompts) if i % HELDOUT_EVERY == 0]
     elif split == "warmup":
-        chosen = [p for i, p in enumerate(prompts) if i % HELDOUT_EVERY != 0]
+        held = {key for i, p in enumerate(prompts) if i % HELDOUT_EVERY == 0 for key in related_keys(p)}
+        chosen = [p for i, p in enumerate(prompts)
+                  if i % HELDOUT_EVERY != 0 and held.isdisjoint(related_keys(p))]
     else:
         chosen = list(prompts)
     return chosen if limit is None else chosen[:limit]

@@ -1,8 +1,9 @@
 import pytest
 
-from specloop.data.prompts import HELDOUT_EVERY, load_prompts, warmup_texts
+from specloop.data.prompts import HELDOUT_EVERY, load_prompts, related_keys, warmup_texts
 
 SIZES = {"humaneval": 164, "mt-bench": 80, "ifbench": 294, "sharegpt": 11139}
+RELATED_DROPPED = {"humaneval": 0, "mt-bench": 0, "ifbench": 0, "sharegpt": 1667}
 
 
 @pytest.mark.parametrize("dataset,total", sorted(SIZES.items()))
@@ -12,9 +13,24 @@ def test_splits_partition_the_dataset(dataset, total):
     everything = load_prompts(dataset, "all")
     assert len(everything) == total
     assert len(heldout) == len(range(0, total, HELDOUT_EVERY))
-    assert len(heldout) + len(warmup) == total
+    assert len(heldout) + len(warmup) + RELATED_DROPPED[dataset] == total
     assert not {p.id for p in heldout} & {p.id for p in warmup}
     assert all(p.text and p.turns[0] == p.text for p in everything)
+    held_keys = {key for p in heldout for key in related_keys(p)}
+    assert all(held_keys.isdisjoint(related_keys(p)) for p in warmup)     # no part of a held-out item
+
+
+def test_related_keys_catch_other_parts_and_near_copies():
+    from specloop.data.prompts import Prompt
+    first = Prompt("sharegpt", "AbC12_0", "Write  a Poem\nabout tea", ("x",))
+    keys = set(related_keys(first))
+    assert "root:AbC12" in keys and "head:write a poem about tea" in keys
+    assert keys & set(related_keys(Prompt("sharegpt", "AbC12_4", "something else", ("x",))))
+    assert keys & set(related_keys(Prompt("sharegpt", "zz_0", "WRITE a poem about   tea", ("x",))))
+    long_tail = "x" * 1500 + " the same question"
+    assert set(related_keys(Prompt("ifbench", "1", "A. " + long_tail, ("x",)))) & set(
+        related_keys(Prompt("ifbench", "2", "B. " + long_tail, ("x",))))
+    assert not keys & set(related_keys(Prompt("sharegpt", "AbC123_0", "another poem", ("x",))))
 
 
 def test_mt_bench_has_two_turns_and_humaneval_references():
