@@ -25,10 +25,39 @@ from specloop._folder_lock import folder_lock
 __all__ = ["rebuild_recording"]
 
 
+_HEAD_CHUNK = 256             # positions per LM-head chunk (bounds the (chunk, V) float32 logits)
+
+
+def _plain_head(model) -> bool:
+    """Whether logits are exactly ``lm_head(last hidden state)`` (no soft-capping or scale),
+    so the body and the head can run apart."""
+    config = model.config
+    return (getattr(model, "lm_head", None) is not None and hasattr(model, "base_model")
+            and model.base_model is not model and not getattr(config, "final_logit_softcapping", None)
+            and getattr(config, "logit_scale", None) in (None, 1.0))
+
+
+def _top_m(model, hidden: torch.Tensor, logits, top_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-m ids and probabilities of (n, V) logits, or of ``lm_head(hidden)`` by chunks of
+    `_HEAD_CHUNK` positions: probabilities are exp(logit - logsumexp) in float32, so no
+    (n, V) softmax is materialised."""
+    ids, probs = [], []
+    for start in range(0, hidden.shape[0], _HEAD_CHUNK):
+        chunk = (model.lm_head(hidden[start:start + _HEAD_CHUNK]) if logits is None
+                 else logits[start:start + _HEAD_CHUNK]).float()
+        if not torch.isfinite(chunk).all():
+            raise ValueError("the target produced non-finite logits")
+        top = torch.topk(chunk, top_m, dim=-1)
+        ids.append(top.indices)
+        probs.append(torch.exp(top.values - torch.logsumexp(chunk, dim=-1, keepdim=True)))
+    return torch.cat(ids), torch.cat(probs)
+
+
 @torch.inference_mode()
 def _teacher_forced(model, sequences: list[list[int]], layers, top_m: int, store: torch.dtype) -> list[dict]:
     """Hidden states (per layer, (n, H)), top-m ids (n, m) and probs (n, m) of each
-    sequence, from one right-padded batched forward."""
+    sequence, from one right-padded batched forward (the LM head runs on real positions
+    only, by chunks, where the model's logits are a plain head over the last hidden state)."""
     device = next(model.parameters()).device
     width = max(len(s) for s in sequences)
     ids = torch.zeros((len(sequences), width), dtype=torch.long)
@@ -36,18 +65,18 @@ def _teacher_forced(model, sequences: list[list[int]], layers, top_m: int, store
     for row, seq in enumerate(sequences):
         ids[row, :len(seq)] = torch.tensor(seq, dtype=torch.long)
         mask[row, :len(seq)] = 1
-    out = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False,
-                output_hidden_states=True)
+    plain = _plain_head(model)
+    forward = model.base_model if plain else model
+    out = forward(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False,
+                  output_hidden_states=True)
     results = []
     for row, seq in enumerate(sequences):
         n = len(seq)
-        logits = out.logits[row, :n].float()
-        if not torch.isfinite(logits).all():
-            raise ValueError("the target produced non-finite logits")
-        top = torch.topk(torch.softmax(logits, dim=-1), top_m, dim=-1)
+        last = out.last_hidden_state[row, :n] if plain else None
+        top_ids, top_probs = _top_m(model, last, None if plain else out.logits[row, :n], top_m)
         results.append({"hidden": [out.hidden_states[layer][row, :n].to(store).cpu().numpy() for layer in layers],
-                        "topm_ids": top.indices.to(torch.int32).cpu().numpy(),
-                        "topm_probs": top.values.to(store).cpu().numpy()})
+                        "topm_ids": top_ids.to(torch.int32).cpu().numpy(),
+                        "topm_probs": top_probs.to(store).cpu().numpy()})
     return results
 
 
