@@ -1,7 +1,7 @@
 """The peer implementation of SuffixDecoding: Arctic Inference's ``SuffixDecodingCache``
 (Oliaro et al., NeurIPS 2025; PyPI ``arctic-inference`` 0.3.0, C++ extension
 ``arctic_inference/suffix_decoding/_C`` over nanobind) against specloop's ``suffix``
-drafter, fed the same token stream at the same verify budget (issue 21, section 4).
+drafter, fed the same token stream at the same verify budget.
 
 Building (done here, CPU, x86_64, g++ 12.2, CMake 3.25, Python 3.11): the wheel needs
 torch / vLLM, but the suffix-decoding extension is self-contained. `build_arctic`

@@ -1,5 +1,5 @@
 """Does ``torch.compile`` (inductor, CPU) speed up the target's verification forward?
-(issue 20, section 2: "try torch.compile on the target's verify forward and on the heads,
+(the question asked: "try torch.compile on the target's verify forward and on the heads,
 keep it only where it measurably helps; state compile time and whether it recompiles per
 width").
 

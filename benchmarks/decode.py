@@ -1,4 +1,4 @@
-"""Decoding speed of the real-model speculative decoder against HF baselines (issue 5).
+"""Decoding speed of the real-model speculative decoder against HF baselines.
 
 Same run, same prompts (held-out HumanEval and MT-bench from `specloop.data.prompts`,
 chat template applied), greedy decoding of SmolLM2-135M-Instruct (or ``--target``):
@@ -70,7 +70,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # --quick without --only: HF greedy and prompt lookup, our plain decoding, the n-gram
-# tree (issue 5's target row) and the learned-length chain (the best n-gram row of the
+# tree (the target row: >= 1.3x HF prompt lookup) and the learned-length chain (the best n-gram row of the
 # full runs), the best trained-head chain and tree (Hydra in benchmarks/results/
 # decode_heads.json) and the hybrid (prompt lookup, else EAGLE-3).
 QUICK_METHODS = ("hf-prompt-lookup-*", "specloop-greedy", "specloop-ngram-tree", "specloop-ngram-learned",

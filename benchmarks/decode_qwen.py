@@ -1,6 +1,6 @@
-"""Decoding speed on Qwen2.5-Coder-1.5B-Instruct with a SmolLM2-135M draft (issue 5, section 5).
+"""Decoding speed on Qwen2.5-Coder-1.5B-Instruct with a SmolLM2-135M draft.
 
-The issue's targets for this pair: specloop >= 2.5x plain greedy and >= 1.3x HF's
+The stated targets for this pair: specloop >= 2.5x plain greedy and >= 1.3x HF's
 universal assisted decoding (UAD; Timor et al. 2025, "Accelerating LLM Inference
 with Lossless Speculative Decoding Algorithms for Heterogeneous Vocabularies";
 ``model.generate(..., assistant_model=draft, tokenizer=target_tok,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU readiness check (issue 22 item 5), for a CUDA machine; about 8 minutes at most.
+# GPU readiness check, for a CUDA machine; about 8 minutes at most.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]       # default: $OUT, else ./gpu_check_out
 #

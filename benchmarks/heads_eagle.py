@@ -110,7 +110,7 @@ def main(argv=None) -> int:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1)
     # bfloat16 verification of several tokens may round differently from one-token steps,
-    # so exactness is a pass/fail criterion only in float32 (DESIGN.md)
+    # so exactness is a pass/fail criterion only in float32 (docs/design.md, section "Real models")
     return 0 if args.dtype != "float32" or all(r["exact"] for r in result["rows"]) else 1
 
 

@@ -1,5 +1,5 @@
 """Trained heads on a held-out recorded stream: tau for chain k = 2..6 and the dynamic
-tree, per-depth acceptance and priced speed, before / after retraining (issue 20 s.1).
+tree, per-depth acceptance and priced speed, before / after retraining.
 
 The stream is a `specloop stream record` recording of held-out prompts (default
 ``/work/recordings/sharegpt3x400``: 1200 held-out ShareGPT first turns, code / writing /

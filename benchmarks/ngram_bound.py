@@ -1,4 +1,4 @@
-"""How far can n-gram drafting go against HF prompt lookup? An exact bound (issue 5).
+"""How far can n-gram drafting go against HF prompt lookup? An exact bound.
 
 Greedy verification accepts a drafted path exactly as far as it agrees with the
 target's own greedy continuation, so once that continuation is known every

@@ -1,4 +1,4 @@
-"""Real-decoder confirmation of an online stream replay (issue 19 s.3, last item).
+"""Real-decoder confirmation of an online stream replay.
 
     OMP_NUM_THREADS=1 python benchmarks/online_confirm.py REC \\
         --run results/stream_scale_round/off-domain/opt-hydra-s0/opt-hydra --kind hydra \\

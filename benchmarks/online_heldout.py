@@ -1,4 +1,4 @@
-"""Why an online draft does or does not beat its frozen draft (issue 19 s.4): per chunk,
+"""Why an online draft does or does not beat its frozen draft: per chunk,
 tau and the positions the learner had seen, and the next chunk's held-out
 cross-entropy of the frozen draft and of the online state before / after the chunk's
 updates; with ``--offline``, per domain, the frozen draft trained offline on the same

@@ -1,7 +1,7 @@
 """Lookahead Reasoning / Online-LR at CPU scale: the OnlineSpec Table 2 layout
 (rows Target, Draft, LR, OSD-LR, Online-LR; per task AvgLen (speedup) and accuracy),
 the cheap judges' agreement with the model judge, and the cost of the target's
-batch-gamma forward against a batch-1 forward (issue 23; Fu et al. 2025; OnlineSpec
+batch-gamma forward against a batch-1 forward (Fu et al. 2025; OnlineSpec
 Sec. 3.1, Eq. 2, Table 2, Table 10, App. B.10).
 
 AvgLen = steps committed per LR round (accepted draft steps + the target's step;
@@ -11,7 +11,7 @@ LR is lossy: accuracy sits next to every speed number.
 
 Small check (about 10 CPU minutes with the default models):
     python benchmarks/reasoning.py --prompts 6 --max-new-tokens 96 --json --out results/reasoning_small.json
-Full run (issue 23: >= 100 prompts, >= 50 per task with accuracy; many CPU hours here):
+Full run (the stated size: >= 100 prompts, >= 50 per task with accuracy; many CPU hours here):
     python benchmarks/reasoning.py --tasks arith,humaneval --prompts 100 --max-new-tokens 512 \\
         --json --out results/reasoning.json
 Resumable: the per-method records live in ``--work`` (default next to ``--out``).

@@ -1,4 +1,4 @@
-"""Where a real decoder round's seconds go (issue 20, section 2).
+"""Where a real decoder round's seconds go.
 
     python benchmarks/round_profile.py --json [--out benchmarks/results/round_profile.json]
         [--drafters ngram,eagle3,hydra,...] [--dtypes float32,bfloat16] [--prompts 4]

@@ -1,5 +1,5 @@
 """Benchmark: online draft adaptation over a domain-shifting held-out prompt stream
-(issue 7; OnlineSpec Table 1 / Table 6 on this machine's scale).
+(OnlineSpec Table 1 / Table 6 on this machine's scale).
 
 Runs ``specloop stream`` (resumable: rerun to continue) for a frozen draft and its
 online variants on SmolLM2-135M, then writes JSON with, per method, the mean
@@ -8,7 +8,7 @@ decoding of the same target measured in the same run, tau relative to the frozen
 draft (``tau_gain_over_frozen``), the per-chunk tau curves, and two checks:
 
 * ``ordering_holds``: frozen < OSD < best of optimistic / ensemble (the paper's order);
-* ``target_tau_gain_met``: best online tau >= 1.2 x frozen (issue 7's +20 % target);
+* ``target_tau_gain_met``: best online tau >= 1.2 x frozen (the stated +20 % target);
 * ``net_speedup_with_training``: best online speedup_with_training > frozen speedup.
 
 Usage::

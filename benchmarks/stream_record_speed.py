@@ -1,4 +1,4 @@
-"""Tokens/s of the batched stream recorder against batch-1 greedy decoding (issue 19 s.1).
+"""Tokens/s of the batched stream recorder against batch-1 greedy decoding.
 
 For each dtype: the same prompts (held-out stream over ``--datasets``, chat-templated,
 last ``--max-prompt-tokens`` tokens) are

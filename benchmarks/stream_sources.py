@@ -1,5 +1,5 @@
 """Draft sources on one long recorded stream: tau, priced and wall-clock tokens/s, Hedge's
-regret, the Arctic peer and the suffix tree's learning curve (issue 21, section 4).
+regret, the Arctic peer and the suffix tree's learning curve.
 
 Stream: a `specloop stream record` recording (default ``/work/recordings/sharegpt3x400``:
 1200 held-out ShareGPT first turns in three topic domains, 400 each, domain-shift order,
@@ -35,7 +35,7 @@ SmolLM2-135M float32 greedy, 128 new tokens). Three parts, one run:
    The 1-minute load average before/after each dtype is in ``meta``: on the 2 shared cores
    the wall-clock ratios only mean something when it is low.
 
-Targets (issue 21, computed, never assumed): bf16 best of suffix / Hedge >= 2x HF greedy and
+Targets (computed, never assumed): bf16 best of suffix / Hedge >= 2x HF greedy and
 >= 1.3x the best HF prompt lookup (wall clock); suffix tau >= Arctic's at the same budget;
 Hedge within 2 % of the best of its sources alone (priced tokens/s of the replay), and above
 it when the best source changes between domains.
@@ -437,7 +437,7 @@ def _target(value: float, threshold: float, **extra) -> dict:
 
 
 def compute_targets(replays: dict, hedges: dict, arctic: dict, wall: dict) -> dict:
-    """Issue 21's targets as booleans with the numbers they come from (module docstring);
+    """The targets as booleans with the numbers they come from (module docstring);
     the replay targets once per cost table (``replays`` / ``hedges``: table -> rows)."""
     out = {}
     block = wall.get("bfloat16")

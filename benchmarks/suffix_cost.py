@@ -1,4 +1,4 @@
-"""Cost of the ``suffix`` drafter's own work (issue 21): microseconds per committed
+"""Cost of the ``suffix`` drafter's own work: microseconds per committed
 token to update, per proposal to draft, per token to move an output into the global
 structure, against one target forward of SmolLM2-135M on this CPU.
 

@@ -1,5 +1,5 @@
 """The round record and `Trace`: the one contract that the simulator and the real
-decoder share (DESIGN.md, "The two contracts").
+decoder share (docs/design.md, section "Contracts").
 
 One `RoundRecord` describes one draft-and-verify cycle of Algorithm 1 of OnlineSpec
 (draft -> verify -> feedback -> update). A `Trace` is an ordered sequence of records

@@ -1,4 +1,5 @@
-"""The engine reference of the round-loop refactor (issue 17): records of every engine for
+"""The engine reference of the round-loop refactor (one driver, `drive_round`, for every
+engine): records of every engine for
 fixed seeds, computed through the public entry points only, so the same code runs on the
 code before and after the change.
 
@@ -11,7 +12,7 @@ drafter whose shipped head later changed are re-recorded with ``rerecord`` (thei
 fingerprints are in ``engine_reference_real_heads.json``). The real-decoder part
 compares the committed tokens and n_t (tokens_per_round) of every round; the recorded
 ``accepted_tokens`` of a round that stops inside an accepted block changed on purpose
-(issue 18, fault 7) and is compared only for rounds that did not stop.
+(it now counts only committed draft tokens) and is compared only for rounds that did not stop.
 """
 from __future__ import annotations
 

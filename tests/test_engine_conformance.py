@@ -1,4 +1,4 @@
-"""The engine conformance suite (issue 17): every engine runs through
+"""The engine conformance suite: every engine runs through
 `specloop.strategies.engine.drive_round` and honours the strategy contract the same way.
 
 Engines: the simulator's chain and tree rounds (`SimChainEngine`), the online simulator

@@ -1,15 +1,16 @@
-"""The round-loop refactor changed no output (issue 17): the simulator's records for fixed
+"""The round-loop refactor (one driver, `drive_round`, for every engine) changed no
+output: the simulator's records for fixed
 seeds and the real decoder's committed tokens and accepted lengths on SmolLM2 float32
 equal the reference recorded from commit 83a6567 by `tests/engine_reference.py`
 (``tests/fixtures/engine_reference_*.json``; timing fields aside). The EAGLE-3 and Hydra
-cases were re-recorded when their shipped heads were retrained (issue 20; the earlier
+cases were re-recorded when their shipped heads were retrained on the target's own answers (the earlier
 heads passed this test against the 83a6567 reference first); the head each case was
 recorded with is fingerprinted, so a changed head is named instead of failing rounds.
 
 Two intended differences, each allowed only where it applies:
 
 * ``accepted_tokens`` of a round that stopped inside its accepted block (EOS) now counts
-  only committed draft tokens (issue 18, fault 7), so in such a round it equals n_t;
+  only committed draft tokens, so in such a round it equals n_t;
 * near the end of a prompt, where the tokens left cap the depth below the plan's, the
   tree drafters that ask the hooks (EAGLE, EAGLE-3, the hybrid's head) now stop drafting
   at that cap (`RoundHooks` answers False there) instead of drafting to the plan's depth
@@ -69,7 +70,7 @@ def _compare_real(indices):
             committed = 0
             for r_old, r_new in zip(old["rounds"], new["rounds"]):
                 assert r_new[N_T] == r_old[N_T], (case, i)
-                if r_new[ACCEPTED] != r_old[ACCEPTED]:       # fault 7: only in a round cut at EOS
+                if r_new[ACCEPTED] != r_old[ACCEPTED]:       # counted differently only in a round cut at EOS
                     assert new["stop"] == "eos" and r_new is new["rounds"][-1] and r_new[ACCEPTED] == r_new[N_T], \
                         (case, i, r_old, r_new)
                     r_new = r_new[:ACCEPTED] + [r_old[ACCEPTED]] + r_new[ACCEPTED + 1:]

@@ -1,7 +1,7 @@
 """The package's import layers: no import circles, nothing outside `specloop.cli`
 imports `specloop.cli` (the ``python -m specloop`` entry point aside), and `sim` and
 `realmodels` never import each other. Every import counts, including those inside
-functions (issue 17: four circles before, among them the ltd commands and the two
+functions (there were four circles once, among them the ltd commands and the two
 drafter registries).
 
 No circle between units either: a module below a sub-package (``specloop.A.B.x``)

@@ -1,5 +1,5 @@
 """``specloop ltd train|eval``: LTD (Learning To Draft) in the simulator and on the
-real decoder (issue 8).
+real decoder.
 
 * ``specloop ltd train --env sim`` trains the depth and size policies with PPO
   (initial training of each alone, then alternating co-training) in

@@ -1,4 +1,4 @@
-"""`specloop simulate online` and `specloop simulate regret-sweep` (issue 4).
+"""`specloop simulate online` and `specloop simulate regret-sweep`.
 
     specloop simulate online --scenario stationary|piecewise|smooth|fast
         --learner fixed|ogd|optimistic|ensemble|optimistic-ensemble|osd --rounds T [--json]

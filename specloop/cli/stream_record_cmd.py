@@ -1,5 +1,5 @@
-"""``specloop stream record``: record the target's side of a prompt stream once (issue
-19 s.1): per prompt the chat-templated ids, the greedy continuation, and at every
+"""``specloop stream record``: record the target's side of a prompt stream once: per
+prompt the chat-templated ids, the greedy continuation, and at every
 position the hidden states the draft heads read (float16) and the target's top-m
 next-token distribution. Batched greedy generation (``--batch-size`` prompts per
 forward); shards written atomically as they finish, so a killed recording resumes to

@@ -1,1 +1,10 @@
-"""See DESIGN.md."""
+"""Prompts for the real-model half, from installed dataset packages (no downloads).
+
+Modules:
+
+* `prompts`  -- real prompts (HumanEval, MT-bench, IFBench, ShareGPT and its code /
+  writing / chat topics) with their held-out / warm-up splits.
+* `streams`  -- prompt streams for online draft adaptation (domain-shift and
+  interleaved orders).
+* `arith`    -- a seeded stream of GSM8K-like arithmetic word problems with exact answers.
+"""

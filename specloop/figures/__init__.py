@@ -21,7 +21,12 @@ name               what it shows                                                
                    lookup, assisted generation)
 =================  ===========================================================  ===========
 
-`specloop.figures` may import every other layer (DESIGN.md); nothing imports it
+Shared modules: `_base` (`FigureResult`, `FigureUnavailable`, `require`, the CSV / NPZ /
+PNG + SVG save helpers) and `_real` (held-out prompts as token ids, timed runs of HF
+``generate`` modes and of the specloop decoder for the real-model figures).
+
+`specloop.figures` may import every other layer (docs/design.md, section
+"Architecture"); nothing imports it
 except `specloop.cli`.
 """
 from __future__ import annotations

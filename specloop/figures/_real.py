@@ -26,7 +26,7 @@ def load_target(name: str = DEFAULT_TARGET, dtype: str = "float32", device: str 
         FigureUnavailable: the real-model layer or the model's package is missing.
     """
     loading = require("specloop.realmodels.loading", "load_model",
-                      why="real-model loading (issue 5)")
+                      why="real-model loading")
     try:
         return loading.load_model(name, dtype=dtype, device=device)
     except (FileNotFoundError, ImportError) as exc:

@@ -5,7 +5,7 @@ ablation bars: tokens/s relative to the best static tree for LTD, depth-only,
 size-only, the independent (not co-trained) pair and the reward ablation.
 
 The numbers come from `specloop.ltd.eval_sim.sim_eval` (``specloop ltd eval --env
-sim``, issue 8). It needs trained policies: the saved or shipped ``ltd-sim`` policy
+sim``). It needs trained policies: the saved or shipped ``ltd-sim`` policy
 when there is one (``specloop ltd train --env sim``); otherwise this figure trains a
 set itself as ``specloop ltd train`` does (`specloop.ltd.train_sim.train_sim`)
 into its output folder (PPO with LTD's settings; the quick preset uses fewer steps
@@ -24,7 +24,7 @@ from specloop.figures._base import (FigureResult, FigureUnavailable, new_figure,
 __all__ = ["main", "SIZES", "LTD_TARGET_GAIN", "cotraining_claim", "target_gain_claim", "paired_speed_ratio"]
 
 NAME = "ltd"
-LTD_TARGET_GAIN = 1.05  # issue 8 / LTD: >= +5 % tokens/s over the best static tree
+LTD_TARGET_GAIN = 1.05  # the stated LTD target: >= +5 % tokens/s over the best static tree
 SAVED_POLICY = "ltd-sim"
 
 SIZES = {
@@ -73,7 +73,7 @@ def _train_own(cfg: dict, out: Path) -> str:
         return name
     except FileNotFoundError:
         pass
-    training = require("specloop.ltd.train_sim", "train_sim", why="LTD training in the simulator (issue 8)")
+    training = require("specloop.ltd.train_sim", "train_sim", why="LTD training in the simulator")
     from specloop.ltd.train import CoTrainSchedule
     schedule = CoTrainSchedule()          # `specloop ltd train`'s defaults (LTD's settings)
     if cfg["train_steps"] is not None:
@@ -89,7 +89,7 @@ def _train_own(cfg: dict, out: Path) -> str:
 def _evaluate(name: str, cfg: dict, out: Path) -> dict:
     """`specloop.ltd.eval_sim.sim_eval` of policy ``name``; the rows and decisions are
     saved under ``out/eval`` as ``specloop ltd eval --env sim`` saves them."""
-    evaluation = require("specloop.ltd.eval_sim", "sim_eval", why="LTD evaluation in the simulator (issue 8)")
+    evaluation = require("specloop.ltd.eval_sim", "sim_eval", why="LTD evaluation in the simulator")
     from specloop.ltd.evaluate import save_eval
     result, decisions = evaluation.sim_eval(evaluation.SimEvalConfig(policy=name, episodes=cfg["episodes"]))
     save_eval(out / "eval", result, decisions)
@@ -128,7 +128,8 @@ def paired_speed_ratio(row: dict, reference: dict | None, what: str):
     a `specloop.report.verdicts.Estimate`: per (pass, prompt) time ratios from
     ``pair_seconds`` (``--paired``), else per-episode tokens/s ratios from
     ``tokens_per_s_per_episode`` (the same seeded episodes / prompts for every
-    policy); None when the rows carry neither (an eval written before issue 18)."""
+    policy); None when the rows carry neither (an eval written
+    before the rows carried those times)."""
     from specloop.report.verdicts import ratio_estimate
     if reference is None:
         return None
@@ -149,7 +150,7 @@ _NO_PAIRS = "undecided: the eval rows carry no per-prompt or per-episode times t
 def target_gain_claim(env: str, where: str, estimate, evidence: str) -> dict:
     """Verdict ``ltd_beats_best_static_<env>``: the paired speed ratio of LTD over the
     grid-best static tree (``estimate``, a `verdicts.Estimate` or None) lies above
-    `LTD_TARGET_GAIN` (issue 8's target)."""
+    `LTD_TARGET_GAIN` (the stated LTD target)."""
     from specloop.report.verdicts import measured_claim
     return measured_claim(
         f"ltd_beats_best_static_{env}",
@@ -217,7 +218,7 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    ltd = require("specloop.ltd.policy", "load_policy", why="LTD policies (issue 8)")
+    ltd = require("specloop.ltd.policy", "load_policy", why="LTD policies")
     if _saved_policy_exists(ltd):
         name = SAVED_POLICY
         result = _evaluate(name, cfg, out)

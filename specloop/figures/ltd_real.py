@@ -1,4 +1,4 @@
-"""Figure (g): Learning To Draft (LTD) on the real decoder (issue 8): SmolLM2-135M in
+"""Figure (g): Learning To Draft (LTD) on the real decoder: SmolLM2-135M in
 bfloat16 with the shipped EAGLE-3 head drafting EAGLE-2 trees, HumanEval prompts.
 
 Three panels, every number measured by this figure through the library functions
@@ -230,9 +230,9 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
     """
     cfg = sizes(SIZES, quick)
     out = Path(out_dir)
-    ltd = require("specloop.ltd.policy", "load_policy", why="LTD policies (issue 8)")
+    ltd = require("specloop.ltd.policy", "load_policy", why="LTD policies")
     require("specloop.ltd.eval_real", "record_real", "real_eval",
-            why="`specloop ltd record` / `ltd eval --env real` (issue 8)")
+            why="`specloop ltd record` / `ltd eval --env real`")
     for name in (POLICY, REWARD_ABLATION, SIM_POLICY, FINE_TUNED):
         try:
             ltd.load_policy(name)

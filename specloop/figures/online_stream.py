@@ -4,7 +4,7 @@ against online drafts — OnlineSpec's per-chunk curves.
 
 Sources, in order of preference:
 
-1. ``specloop stream`` (issue 7; `specloop.realmodels.streams.results.serve_stream`): it serves the stream
+1. ``specloop stream`` (`specloop.realmodels.streams.results.serve_stream`): it serves the stream
    with frozen and online-adapted drafts (Hydra and Opt-Hydra at the quick scale;
    also OSD-Hydra, Ens-Hydra, EAGLE, Ens-EAGLE at full scale) and reports per-chunk numbers and its greedy baseline.
 2. Otherwise (no command, or no method it could run) this module serves the stream itself with the real decoder on the
@@ -28,7 +28,7 @@ __all__ = ["main", "SIZES", "chunk_summaries"]
 
 NAME = "online_stream"
 DATASET_ORDER = ("humaneval", "mt-bench", "ifbench")
-ONLINE_TARGET_GAIN = 1.2  # issue 7: online >= +20 % mean accepted length over frozen
+ONLINE_TARGET_GAIN = 1.2  # stated target: online >= +20 % mean accepted length over frozen
 
 SIZES = {
     "full": {"per_dataset": 8, "chunk": 4, "max_new_tokens": 128, "k": 4,
@@ -64,7 +64,7 @@ def chunk_summaries(traces: list, chunk: int) -> list[dict]:
     return out
 
 
-# -- source 1: `specloop stream` (issue 7) ------------------------------------------
+# -- source 1: `specloop stream` ------------------------------------------
 def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
     """Serve the stream as ``specloop stream --json`` does
     (`specloop.realmodels.streams.results.serve_stream`, the command's defaults).
@@ -95,7 +95,7 @@ def _from_stream_command(cfg: dict, out: Path) -> tuple[dict | None, str]:
     return data, ""
 
 
-# -- the replay check (issue 19): record the stream's target side, replay, compare ----------
+# -- the replay check: record the stream's target side, replay, compare ----------
 def _replay_check(cfg: dict, out: Path) -> dict:
     """Record the stream ``specloop stream`` just served (batched greedy,
     `streams.record.record_stream`), replay every method it ran against the recording
@@ -140,7 +140,7 @@ def _replay_check(cfg: dict, out: Path) -> dict:
 # -- source 2: frozen drafts served here ------------------------------------------------
 def _serve_frozen(cfg: dict) -> tuple[list[dict], list[str]]:
     decoder_mod = require("specloop.realmodels.decoder", "SpeculativeDecoder",
-                          why="the real-model decoder (issue 5)")
+                          why="the real-model decoder")
     registry = require("specloop.realmodels.registry.drafters", "make_drafter")
     policy_mod = require("specloop.realmodels.policy", "FixedDraftPolicy")
     target = load_target(DEFAULT_TARGET, dtype="float32")
@@ -258,7 +258,7 @@ def _claims(rows: list[dict], stream_json: dict | None = None) -> list[dict]:
 
 
 def _replay_note(replay: dict | None) -> str:
-    """One line on the replay check (issue 19): rounds matching per method."""
+    """One line on the replay check: rounds matching per method."""
     if not replay:
         return "Replay check: not run (no `specloop stream` result)."
     if "error" in replay:
@@ -317,7 +317,7 @@ def main(out_dir: str | Path, quick: bool = False) -> FigureResult:
             replay = {"error": str(exc)}
         write_json(out / "replay_check.json", replay)
         rows = _rows_from_stream_json(stream_json)
-        source = "specloop stream (issue 7), methods " + ", ".join(stream_json["methods"])
+        source = "specloop stream, methods " + ", ".join(stream_json["methods"])
         if stream_json.get("failed"):
             source += f"; failed: {stream_json['failed']}"
     else:

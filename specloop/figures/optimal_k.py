@@ -32,7 +32,7 @@ EFFICIENCY_TARGET = 0.95  # "near-optimal": the closed form loses at most 5 % of
 def _theory():
     return require("specloop.theory", "optimal_k_exact", "optimal_k_paper",
                    "optimal_k_efficiency", "speedup_linear", "round_paper_k",
-                   why="optimal candidate length (issue 2)")
+                   why="optimal candidate length")
 
 
 def _as_float(x) -> float:

@@ -34,7 +34,7 @@ SIZES = {
 
 def _compute(cfg: dict) -> list[dict]:
     online = require("specloop.sim.online", "regret_sweep", "SweepConfig",
-                     why="the regret sweep of issue 4")
+                     why="the regret sweep")
     kwargs = {"rounds_list": tuple(cfg["rounds_list"]), "seeds": tuple(cfg["seeds"]),
               "processes": min(2, os.cpu_count() or 1)}      # independent seeded jobs: same rows
     for key in ("scenarios", "learners"):

@@ -1,7 +1,7 @@
 """Figure (f): real-model speedup table against HF's decoding modes, on the embedded
 SmolLM2-135M-Instruct target with held-out HumanEval and MT-bench prompts.
 
-Source: ``benchmarks/decode.py`` (issue 5's benchmark: repeats, medians, float32 and
+Source: ``benchmarks/decode.py`` (the decoding-speed benchmark: repeats, medians, float32 and
 bfloat16), run as a subprocess into the figure's folder, when the checkout has it;
 otherwise the same kind of measurement made here (one pass per method):
 
@@ -28,7 +28,7 @@ from specloop.figures._real import (DEFAULT_TARGET, heldout_prompt_ids, load_tar
 __all__ = ["main", "SIZES", "TARGET_VS_PROMPT_LOOKUP"]
 
 NAME = "speedup_table"
-TARGET_VS_PROMPT_LOOKUP = 1.3  # issue 5: specloop tree n-gram >= 1.3x HF prompt lookup
+TARGET_VS_PROMPT_LOOKUP = 1.3  # stated target: specloop tree n-gram >= 1.3x HF prompt lookup
 
 # benchmarks/decode.py arguments per scale (its defaults at full scale).
 DECODE_ARGS = {
@@ -53,7 +53,7 @@ SIZES = {
 def _specloop_methods(target, cfg: dict) -> list[tuple[str, object]]:
     """(name, make_decoder) for every specloop configuration measured."""
     decoder_mod = require("specloop.realmodels.decoder", "SpeculativeDecoder",
-                          why="the real-model decoder (issue 5)")
+                          why="the real-model decoder")
     registry = require("specloop.realmodels.registry.drafters", "make_drafter")
     policy_mod = require("specloop.realmodels.policy", "FixedDraftPolicy")
     from specloop.strategies.base import TreePlan

@@ -73,7 +73,7 @@ def _simulate(p_target: np.ndarray, q_draft: np.ndarray, k: int, rounds: int, se
     full-vocabulary speculative sampling (`specloop.sim.rounds.simulate_chain_tables`)
     with the same p/q at every position (Assumption 1, ``iid=True``)."""
     rounds_mod = require("specloop.sim.rounds", "simulate_chain_tables",
-                         why="simulated chain rounds (issue 3)")
+                         why="simulated chain rounds")
     batch = rounds_mod.simulate_chain_tables(
         p_target[None, :], q_draft[None, :], np.zeros(rounds, dtype=np.int64), k,
         np.random.default_rng(seed), mode="sampling", iid=True)
@@ -83,7 +83,7 @@ def _simulate(p_target: np.ndarray, q_draft: np.ndarray, k: int, rounds: int, se
 def _compute(cfg: dict) -> list[dict]:
     theory = require("specloop.theory", "acceptance_rate", "kl_divergence",
                      "expected_tokens_chain", "speedup_linear", "lemma1_bounds",
-                     "theorem1_bounds", why="theory curves and bounds (issue 2)")
+                     "theorem1_bounds", why="theory curves and bounds")
     rows = []
     seed = 0
     for acc_target in cfg["acceptance_rates"]:

@@ -1,5 +1,5 @@
 """LTD on the real decoder: the depth / size decisions inside real tree drafting,
-wall-clock costs (device synchronised) and gymnasium environments (issue 8);
+wall-clock costs (device synchronised) and gymnasium environments;
 evaluation, fine-tuning and recording with typed configs: `specloop.ltd.eval_real`.
 
 `RealTreeEngine` is the real decoder's `specloop.strategies.engine.StepwiseEngine`: it

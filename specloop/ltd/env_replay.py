@@ -1,4 +1,4 @@
-"""LTD environment that replays rounds recorded on the real decoder (issue 8).
+"""LTD environment that replays rounds recorded on the real decoder.
 
 `specloop.ltd.record` stores, for every position of a greedy
 generation, the real drafter's full EAGLE-2 tree (tokens, parents, depths,

@@ -1,6 +1,6 @@
 """LTD environments over the simulator: EAGLE-2 dynamic trees over a synthetic
 stream whose difficulty changes with the context, priced by the measured
-verify-cost table (issue 8, section 1).
+verify-cost table.
 
 World (`TreeWorld`). One Zipf base of logits z(c) per context (`make_stream`,
 "stationary"); a *regime* g sets the target temperature T_g and the draft's logit
@@ -27,7 +27,8 @@ evaluated with the same seed meet the same text (common random numbers: their
 tokens/s differences are not swamped by which regimes the prompts happened to hit).
 
 Costs (`TableCost`): verify time = the measured table at V + 1 tokens
-(``specloop/sim/data``; without it, the SmolLM2-135M CPU numbers of DESIGN.md),
+(``specloop/sim/data``; without it, the built-in SmolLM2-135M CPU numbers of
+docs/design.md, section "Targets and measured costs"),
 made non-decreasing and extended by `monotone_cost_table`; a
 draft step costs ``draft_cost_ratio`` x one target forward (stated ratio: an
 EAGLE-style head step over a reduced vocabulary is ~2 ms against ~33 ms).
@@ -53,7 +54,7 @@ from specloop.ltd.train import DepthEnv, SizeEnv
 __all__ = ["TreeWorldOptions", "TreeWorld", "SimTreeEngine", "make_depth_env", "make_size_env",
            "run_policy", "DESIGN_VERIFY_COST", "monotone_cost_table"]
 
-# DESIGN.md, "Real models on this machine": SmolLM2-135M verify forward, 200-token cache
+# docs/design.md, section "Targets and measured costs": SmolLM2-135M verify forward, 200-token cache
 DESIGN_VERIFY_COST = {"float32": ([1, 4, 8, 16], [0.033, 0.053, 0.064, 0.069]),
                       "bfloat16": ([1, 4, 8, 16], [0.037, 0.041, 0.043, 0.046])}
 
@@ -149,7 +150,7 @@ def _cost_model(options: TreeWorldOptions) -> tuple[TableCost, str]:
         if options.cost_table is not None:
             raise
         tokens, seconds = DESIGN_VERIFY_COST[options.cost_dtype]
-        table, source = VerifyCostTable(num_tokens=tokens, seconds=seconds), "DESIGN.md SmolLM2-135M numbers"
+        table, source = VerifyCostTable(num_tokens=tokens, seconds=seconds), "built-in SmolLM2-135M numbers"
     table = monotone_cost_table(table)
     return TableCost(table, options.draft_cost_ratio * float(table(1))), source + " (monotone fit)"
 

@@ -2,7 +2,7 @@
 policies as `DraftPolicy` objects, their observations, the exported actors (plain
 torch modules, no stable-baselines3 at inference) and save / load by name.
 
-LTD (summary: DESIGN.md, "Sources") replaces EAGLE-3's static draft depth and
+LTD (summary: docs/design.md, section "Sources") replaces EAGLE-3's static draft depth and
 verification size with two small policies trained by PPO on the per-cycle
 throughput reward R_t = L_A / (T_draft + T_verify):
 

@@ -1,4 +1,4 @@
-"""Record replayable LTD rounds from the real decoder (issue 8): for *every*
+"""Record replayable LTD rounds from the real decoder: for *every*
 position of a greedy generation, the drafter's full EAGLE-2 tree and the target's
 greedy token after every node a policy could ever verify, plus the measured
 costs. `specloop.ltd.env_replay` replays them as an LTD environment.

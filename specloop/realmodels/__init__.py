@@ -1,4 +1,5 @@
-"""The real-model half (DESIGN.md): torch + transformers, CPU here and CUDA where present.
+"""The real-model half: torch + transformers, CPU here and CUDA where present
+(docs/design.md, sections "Contracts" and "Real models").
 
 Modules (one job each):
 

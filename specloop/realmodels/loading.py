@@ -1,5 +1,5 @@
 """Model loading for the real-model half: registry names, HF ids, local directories
-and GGUF files (DESIGN.md, "Real models on this machine").
+and GGUF files (docs/design.md, section "Real models").
 
 Sources, never downloads: every load runs with ``local_files_only=True`` (the
 ``HF_HUB_OFFLINE`` behaviour), so a model that is not on disk raises

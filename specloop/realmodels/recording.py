@@ -4,8 +4,8 @@ replays -- its settings, its folder format, and the readers.
 Under greedy decoding the target's output does not depend on the draft, so a stream's
 target side -- each prompt's greedy continuation and, at every position, the features
 the draft heads read and the target's next-token distribution -- can be computed once,
-in batches, and any draft / learner / seed replayed against it (DESIGN.md, "Engines and
-the one round loop"; OnlineSpec Algorithm 1's feedback is the verified positions'
+in batches, and any draft / learner / seed replayed against it (docs/design.md,
+sections "Replays" and "Recording format"; OnlineSpec Algorithm 1's feedback is the verified positions'
 p_target).
 
 The recorder that writes such a folder (batched greedy generation, `record_stream`,

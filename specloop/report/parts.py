@@ -79,7 +79,7 @@ class Part:
 def _theory_check(part_dir: Path, quick: bool) -> tuple[None, dict]:
     from specloop.figures._base import require
     theory = require("specloop.theory", "run_theory_check",
-                     why="the theory check of issue 2")
+                     why="the theory check")
     rows = _call_theory_check(theory.run_theory_check, quick)
     write_json(part_dir / "theory_check.json", rows)
     return None, {"claims": [{k: v for k, v in r.items() if k != "details"} for r in rows]}

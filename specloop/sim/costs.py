@@ -1,4 +1,4 @@
-"""Cost models: the seconds a simulated round would take (issue 3, section 3).
+"""Cost models: the seconds a simulated round would take.
 
 * `LinearCost` (OnlineSpec Theorem 1 / Leviathan et al. 2023 Section 3.4): drafting
   k tokens costs a*k seconds and one verification forward costs A seconds whatever

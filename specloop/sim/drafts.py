@@ -1,4 +1,4 @@
-"""A parametric draft q_w with a capacity gap and analytic gradients (issue 3, section 2).
+"""A parametric draft q_w with a capacity gap and analytic gradients.
 
 ``ParametricDraft`` models q_w(. | c) = softmax(logits(w, c) / temperature) with a
 low-rank logit table

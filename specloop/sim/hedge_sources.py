@@ -1,5 +1,5 @@
 """Hedge over draft sources in the simulator: sources with known acceptance processes
-(issue 21, section 3), driven by the same `specloop.strategies.hedge_sources` objects as
+driven by the same `specloop.strategies.hedge_sources` objects as
 the real ``hedge:`` drafter (`HedgeOverSources`, `DelayedFeedback`, `ThroughputLoss`),
 through the one round driver (`specloop.strategies.engine.drive_round`).
 

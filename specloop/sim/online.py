@@ -3,7 +3,8 @@ stream, with dynamic regret against two comparators (OnlineSpec Algorithm 1,
 Eq. (2), Lemma 1, Theorem 1, Corollaries 1-3).
 
 Round t of `run_online` (`OnlineChainEngine` under `specloop.strategies.engine.drive_round`,
-the call order every engine uses, DESIGN.md)::
+the call order every engine uses, docs/design.md, section "Engines and the one
+round loop")::
 
     plan = policy.plan(state)                    # k (FixedK by default)
     q_t = q_draft(w_t, c_t); f_t(w_t), grad f_t(w_t)    # cross-entropy vs p_t
@@ -79,7 +80,8 @@ class OnlineSetup:
         num_draft_tokens: k of the default FixedK policy.
         cost_ratio: a / A (draft step over target forward).
         target_time: A, seconds of one target forward that prices the records' times
-            (default DESIGN.md's SmolLM2-135M float32 one-token forward, 0.033 s).
+            (default the built-in SmolLM2-135M float32 one-token forward, 0.033 s;
+            docs/design.md, section "Targets and measured costs").
         window: rounds per reporting window (None = T // 10).
         stream_options: extra `StreamOptions` fields (iid is forced to True).
     """

@@ -1,4 +1,4 @@
-"""Synthetic target-distribution streams for the simulator (issue 3, section 1).
+"""Synthetic target-distribution streams for the simulator.
 
 A `TargetStream` is a sequence of ``rounds`` rounds; round t has a context
 c_t in [0, num_contexts) and a target next-token distribution p_t = p_t(. | c_t)

@@ -1,4 +1,4 @@
-"""Tree rounds: draft trees and their verification (issue 3, section 3).
+"""Tree rounds: draft trees and their verification.
 
 Drafting (`build_tree`, per round, NumPy):
 

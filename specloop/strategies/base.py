@@ -1,4 +1,5 @@
-"""The strategy contracts shared by the simulator and the real decoder (DESIGN.md).
+"""The strategy contracts shared by the simulator and the real decoder (docs/design.md,
+section "Contracts").
 
 Call order in every engine, per round t (OnlineSpec Algorithm 1)::
 

@@ -1,5 +1,5 @@
-"""The engine step protocol and the one round driver (DESIGN.md, "Engines and the one
-round loop"; OnlineSpec Algorithm 1: draft -> verify -> feedback -> update).
+"""The engine step protocol and the one round driver (docs/design.md, section
+"Engines and the one round loop"; OnlineSpec Algorithm 1: draft -> verify -> feedback -> update).
 
 An *engine* is anything that can run one draft-and-verify cycle: the simulator's chain
 and tree rounds, the online simulator, the LTD environments (simulated, replayed, real),

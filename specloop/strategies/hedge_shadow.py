@@ -1,5 +1,5 @@
 """Each draft source's own trajectory over the committed stream: unbiased feedback for
-Hedge over draft sources (issue 21, section 2).
+Hedge over draft sources.
 
 Why not score every source on the rounds that were played (`hedge_sources.DelayedFeedback`,
 ``feedback="round"``)? A round starts right after the played source's rejection, and
@@ -38,7 +38,7 @@ shadow spends on exactly those tokens, normalised into [0, 1]:
 N the most nodes of a proposal (``max_nodes``, or the running maximum). The summed loss
 of source i is its standalone seconds on the stream / (M S) (exactly, while no
 per-token cost exceeds S), so the best source in hindsight for Hedge's regret is the
-source with the highest standalone throughput: the issue's comparator. Hedge's regret
+source with the highest standalone throughput: the comparator Hedge is measured against. Hedge's regret
 bound (`hedge_sources.hedge_regret_bound`) holds for these losses as played; the played
 run's own throughput approaches the best source's as the weights concentrate, less the
 cost of drafting and updating the other shadows.

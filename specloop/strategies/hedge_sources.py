@@ -1,4 +1,4 @@
-"""Hedge over draft sources with delayed, censoring-free feedback (issue 21, section 2).
+"""Hedge over draft sources with delayed, censoring-free feedback.
 
 Several draft sources (context n-gram, suffix tree, ...) propose every round; the
 ensemble verifies the proposal of one of them, chosen by exponential weights over the

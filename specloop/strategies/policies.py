@@ -1,5 +1,5 @@
 """Chain draft-length policies: fixed k, theory-optimal k, the +2/-1 heuristic and a
-confidence stop (DESIGN.md, "Strategy objects").
+confidence stop (docs/design.md, section "Contracts").
 
 Every policy implements `specloop.strategies.base.DraftPolicy`: ``plan(state) ->
 DraftPlan`` before a round and ``observe(record)`` after it, is seeded

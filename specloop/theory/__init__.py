@@ -3,7 +3,22 @@
 Sources: OnlineSpec (Qian et al.) Section 2 (Eq. (1), Lemma 1, Theorem 1, Eq. (7)),
 Corollaries 1-3 (Section 3, Appendix D), Corollary 4 (Appendix C.1); Leviathan et al.
 2023 (speculative sampling, expected tokens); SpecInfer (multi-draft verification).
-This layer imports no other specloop layer. Notation follows DESIGN.md.
+This layer imports no other specloop layer. Notation follows docs/design.md, section "Notation".
+
+Modules:
+
+* `acceptance`    -- acceptance rate, distances and the residual of speculative sampling.
+* `tokens`        -- expected tokens per round for chain, per-position and tree drafts.
+* `speedup`       -- speedup gamma for linear and measured cost models.
+* `bounds`        -- Lemma 1 and Theorem 1: tokens and speedup bounds from a regret value.
+* `regret`        -- dynamic-regret bounds of Corollaries 1-3 with explicit constants.
+* `optimal_k`     -- optimal candidate length: exact integer argmax vs Corollary 4's closed form.
+* `check`         -- `run_theory_check`: a computed verdict on each stated result.
+* `_cases`        -- generated target / draft cases for the check (exact integers).
+* `_claims`       -- `ClaimResult` and the tally that builds it.
+* `_exact`        -- exact and high-precision evaluations used by the check.
+* `_unreachable`  -- the claim that Theorem 1 holds when the comparator cannot match p.
+* `_validation`   -- input validation shared by every function of the layer.
 """
 from specloop.theory._claims import ClaimResult
 from specloop.theory._validation import SUM_TOLERANCE, validate_distribution

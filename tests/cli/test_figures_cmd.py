@@ -24,7 +24,7 @@ def _parser() -> argparse.ArgumentParser:
 def _fake_module(name: str, behaviour: str) -> str:
     def main(out_dir, quick=False):
         if behaviour == "unavailable":
-            raise FigureUnavailable("inputs of issue 99 have not landed")
+            raise FigureUnavailable("inputs of figure 99 have not landed")
         if behaviour == "error":
             raise RuntimeError("boom")
         data = write_csv(out_dir / "d.csv", [{"x": 1, "y": 2}])
@@ -50,7 +50,7 @@ def test_all_reports_unavailable_and_continues(fake_registry, monkeypatch, tmp_p
     assert args.func(args) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["unavailable"]["status"] == "unavailable"
-    assert "issue 99" in rows["unavailable"]["reason"]
+    assert "figure 99" in rows["unavailable"]["reason"]
     assert rows["ok"]["status"] == "ok"
     assert any(p.endswith(".png") for p in rows["ok"]["images"])
     assert (tmp_path / "ok" / "ok.svg").exists()

@@ -1,5 +1,5 @@
 """`specloop generate` refuses bad options in one line with exit code 2, before any
-model is loaded (issue 18, faults 2, 5, 6 and 8). `load_model` is replaced by a
+model is loaded. `load_model` is replaced by a
 function that fails the test if it is called."""
 from __future__ import annotations
 

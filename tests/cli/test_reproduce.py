@@ -42,7 +42,7 @@ class Counter:
     def unavailable_part(self, name: str):
         def run(part_dir, quick):
             self.calls[name] = self.calls.get(name, 0) + 1
-            raise FigureUnavailable("issue 8 has not landed")
+            raise FigureUnavailable("the LTD inputs have not landed")
         return run
 
 
@@ -73,7 +73,7 @@ def test_rerun_reuses_finished_parts(counter, tmp_path, capsys):
     report = (tmp_path / "report.md").read_text()
     assert "![alpha_fig](alpha_fig/alpha_fig.png)" in report
     assert "**does not hold**" in report and "beta_fig_claim" in report
-    assert "issue 8 has not landed" in report and "git_commit" in report
+    assert "the LTD inputs have not landed" in report and "git_commit" in report
 
     code, _ = _run(tmp_path, "--quick")
     second = json.loads(capsys.readouterr().out)

@@ -198,7 +198,7 @@ def test_chunk_summaries():
 
 
 def test_stream_json_rows_claims_and_plot(tmp_path):
-    """Rows from `specloop stream --json` (issue 7's interface), the online-vs-frozen
+    """Rows from `specloop stream --json` (the command's JSON interface), the online-vs-frozen
     verdicts and the plot."""
     from specloop.figures.online_stream import ONLINE_TARGET_GAIN, _claims, _plot, _rows_from_stream_json
     from specloop.stats import paired_gain

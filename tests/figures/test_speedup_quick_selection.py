@@ -1,5 +1,5 @@
-"""`benchmarks/decode.py --quick` (the speedup_table part of `reproduce --quick`, issue
-18): only the rows a reader compares are timed; the full run keeps every method."""
+"""`benchmarks/decode.py --quick` (the speedup_table part of `reproduce --quick`): only the rows a
+reader compares are timed; the full run keeps every method."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,4 @@
-"""transformers ``generate(custom_generate=speculative_generate)`` (issue 22 item 3):
+"""transformers ``generate(custom_generate=speculative_generate)`` :
 greedy output identical to HF greedy on a tiny Llama (n-gram and a published EAGLE-3
 head) and on SmolLM2-135M; EOS, streamer, return_dict, GenerationConfig sampling
 settings honoured; unsupported settings refused with the setting named."""

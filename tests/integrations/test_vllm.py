@@ -1,4 +1,4 @@
-"""vLLM ``custom_class`` proposer (issue 22 item 4), driven through vLLM's interface
+"""vLLM ``custom_class`` proposer, driven through vLLM's interface
 without importing vLLM: a fake ``VllmConfig``, ragged batches in a padded
 ``token_ids_cpu`` (NumPy and torch), proposals no longer than k, inside the
 vocabulary, not past max_model_len, and equal to the drafter's own proposal on each

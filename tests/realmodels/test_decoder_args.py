@@ -1,4 +1,4 @@
-"""Issue 18, faults 4, 7 and 8 (decoder side): a batch is refused instead of flattened,
+"""Decoder-side argument checks: a batch is refused instead of flattened,
 ``accepted_tokens`` counts only committed draft tokens (hand-counted rounds), and
 ``generate``'s arguments are validated before any model work."""
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The GGUF conversion cache is keyed and checked by the source's identity
-(issue 18, fault 3): a different, or a corrupt, file with the same name never
+"""The GGUF conversion cache is keyed and checked by the source's identity:
+a different, or a corrupt, file with the same name never
 reuses an earlier conversion. Small hand-written GGUF v3 files; the conversion
 itself is replaced by a stub that records what it converted (no model is built)."""
 from __future__ import annotations

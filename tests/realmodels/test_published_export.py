@@ -1,4 +1,4 @@
-"""Export to the published layouts (issue 22 item 2): load -> export -> load is bit for
+"""Export to the published layouts: load -> export -> load is bit for
 bit for EAGLE-1/2, EAGLE-3 and Medusa checkpoints (also after online updates);
 specloop's own full-vocabulary Medusa heads export to identical logits; heads that do
 not convert exactly are refused with the reason (API and ``specloop draft export``)."""

@@ -1,4 +1,4 @@
-"""Published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa, Hydra; issue 22 item 1): synthetic
+"""Published draft checkpoints (EAGLE-1/2, EAGLE-3, Medusa, Hydra): synthetic
 checkpoints written in the published key layout next to a tiny Llama target. The
 loaded heads' logits equal reference forwards written here from each format's
 definition (plain torch ops), speculative greedy output equals plain greedy (chain and

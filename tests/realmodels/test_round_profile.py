@@ -1,4 +1,4 @@
-"""The round profile (issue 20, section 2): a profiled `DecodeSession` times the phases of
+"""The round profile: a profiled `DecodeSession` times the phases of
 each round; all but "record" partition the record's draft + verify + update seconds, and
 profiling changes no output."""
 from __future__ import annotations

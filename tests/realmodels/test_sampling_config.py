@@ -1,4 +1,4 @@
-"""`SamplingConfig` refuses values of the wrong type (issue 18, fault 8)."""
+"""`SamplingConfig` refuses values of the wrong type."""
 from __future__ import annotations
 
 import numpy as np

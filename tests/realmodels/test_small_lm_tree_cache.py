@@ -1,4 +1,4 @@
-"""The small-LM drafter's own KV cache after pruned tree rounds (issue 17, item 5).
+"""The small-LM drafter's own KV cache after pruned tree rounds.
 
 The drafter feeds its tree into its cache in drafting order; after the round it must keep
 exactly the rows of the accepted path. When the drafter's own selection or the decoder's

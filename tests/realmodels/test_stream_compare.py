@@ -1,4 +1,4 @@
-"""Paired per-prompt comparison of stream methods (issue 7)."""
+"""Paired per-prompt comparison of stream methods."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,6 @@
-"""Sampled tree siblings of the small-LM draft are lossless (issue 18, fault 1).
+"""Sampled tree siblings of the small-LM draft are lossless.
 
-The toy case of the issue: p_target = [.30, .25, .20, .15, .10], q_draft = [.70, .15,
+The toy case: p_target = [.30, .25, .20, .15, .10], q_draft = [.70, .15,
 .10, .04, .01] (a draft far from the target: TV = 0.40), two root children, drafted
 by `SmallLMDrafter.propose` (a tiny LM whose next-token distribution is exactly q)
 and verified by `verify_tree`. The old rule (i.i.d. siblings, duplicates dropped)

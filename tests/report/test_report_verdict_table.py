@@ -1,4 +1,4 @@
-"""The quick report's verdict table (issue 18): every measured comparison shows its
+"""The quick report's verdict table: every measured comparison shows its
 effect, interval and n, and the summary line counts the three outcomes. The parts'
 outputs are constructed here (small, made-up samples on both sides of the claims);
 the figures' own verdict functions turn them into claims, as `specloop reproduce`

@@ -1,4 +1,4 @@
-"""The paired samples the measured verdicts read (issue 18): `ltd eval` rows carry
+"""The paired samples the measured verdicts read: `ltd eval` rows carry
 per-(pass, prompt) seconds and per-episode tokens/s, the regret sweep per-seed values,
 and `ltd.paired_speed_ratio` turns two rows into the paired ratio."""
 from __future__ import annotations

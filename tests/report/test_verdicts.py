@@ -1,4 +1,4 @@
-"""The verdict rule of `specloop.report.verdicts` (issue 18): constructed samples on
+"""The verdict rule of `specloop.report.verdicts`: constructed samples on
 each side of the claimed size, and the intervals it is given."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Committed tokens are distributed as p (chi-square, issue 3 section 5).
+"""Committed tokens are distributed as p (chi-square).
 
 Chain speculative sampling and tree verification (every proposal), including one-hot,
 p == q, disjoint supports, q missing part of p's support and V = 2; plus negative

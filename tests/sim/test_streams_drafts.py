@@ -1,4 +1,4 @@
-"""Streams (issue 3 section 1) and the parametric draft (section 2)."""
+"""Streams and the parametric draft."""
 from __future__ import annotations
 
 import numpy as np

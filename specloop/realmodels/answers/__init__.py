@@ -7,4 +7,5 @@ Modules:
 * `answer_set` — the folder format (token ids only, pieces with sha256), reading and
   verification, target / tokenizer fingerprints.
 * `run` — generation in resumable pieces with a time budget.
+* `rebuild` — a stream recording rebuilt from an answer set by teacher-forced prefill.
 """

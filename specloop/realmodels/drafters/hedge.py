@@ -1,4 +1,4 @@
-"""Hedge over draft sources: ``--draft hedge:suffix,ngram`` (issue 21, section 2).
+"""Hedge over draft sources: ``--draft hedge:suffix,ngram``.
 
 `specloop.strategies.hedge_sources.HedgeOverSources` keeps exponential weights over the
 sources' cumulative losses; its choice is verified (``mode="choose"``), or the sources'

@@ -96,7 +96,7 @@ class EagleDrafter(BaseDrafter):
     def parameters(self) -> list[torch.Tensor]:
         return self.head.trainable()
 
-    # -- online-training accessors (issue 7; `specloop.realmodels.online`) ----------------
+    # -- online-training accessors (`specloop.realmodels.online`) ----------------
     @property
     def target_to_draft(self) -> torch.Tensor:
         """int64 (V_target,): the draft-vocabulary row of each target token id, -1 for

@@ -2,7 +2,7 @@
 draft token (Ankner et al. 2024, "Hydra: Sequentially-Dependent Draft Heads for
 Medusa Decoding"; OnlineSpec's Hydra / Opt-Hydra rows).
 
-Notation (DESIGN.md): the target's last-layer hidden state at position t is
+Notation (docs/design.md, section "Notation"): the target's last-layer hidden state at position t is
 ``h_t`` (post final norm, so ``p_target(. | x_<=t) = softmax(lm_head(h_t))``); the
 token x_{t+1} is already known when drafting (it is the round's bonus/correction
 token), and head i (i = 1..K) drafts x_{t+1+i}.

@@ -1,7 +1,7 @@
 """Medusa draft heads (Cai et al. 2024, "Medusa: Simple LLM Inference Acceleration
 Framework with Multiple Decoding Heads", Section 2.1.1; OnlineSpec's baselines).
 
-Notation (DESIGN.md): ``h_t`` is the target's last-layer hidden state at position t
+Notation (docs/design.md, section "Notation"): ``h_t`` is the target's last-layer hidden state at position t
 (post final norm). The target's own LM head on ``h_t`` gives x_{t+1} (the round's
 bonus/correction token); Medusa head i (i = 1..K) predicts x_{t+1+i} from ``h_t``
 alone, independently of the other heads (Medusa eq. 1)::

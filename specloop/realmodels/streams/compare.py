@@ -1,4 +1,4 @@
-"""Paired comparisons of stream methods (issue 7): an online draft against its frozen
+"""Paired comparisons of stream methods: an online draft against its frozen
 counterpart on the same prompts.
 
 Every method of one ``specloop stream`` run serves the same prompts, so the fair

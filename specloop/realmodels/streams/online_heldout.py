@@ -1,5 +1,5 @@
 """Why an online draft does or does not beat its frozen draft: held-out measurements
-chunk by chunk over a replayed stream (issue 19 s.4).
+chunk by chunk over a replayed stream.
 
 A replayed stream (`specloop.realmodels.streams.runner` with ``replay=`` and
 ``snapshot_chunks``) leaves, per online method, ``rounds.jsonl`` and the draft's

@@ -1,5 +1,5 @@
 """Replay a recorded stream: the real drafters, learners and policies against the
-target's recorded side, exactly (issue 19 s.2; DESIGN.md "Engines and the one round loop").
+target's recorded side, exactly (docs/design.md, section "Replays").
 
 Under greedy decoding the target's output does not depend on the draft, so the
 target's side of a prompt -- its greedy continuation, the features the heads read and

@@ -1,5 +1,5 @@
-"""Check a replay against the real decoder round for round (issue 19 s.2,
-``specloop stream check-replay``).
+"""Check a replay against the real decoder round for round
+(``specloop stream check-replay``; docs/design.md, section "Replays").
 
 For each method, the first N prompts of a recording are served twice by
 `StreamRunner` with the same settings and seed: once by the real decoder

@@ -96,7 +96,7 @@ def _build_methods() -> dict[str, MethodSpec]:
     table = {BASELINE: MethodSpec(BASELINE, "Greedy (no draft)", "", None),
              "vanilla-sd": MethodSpec("vanilla-sd", "Vanilla SD", "small-lm", None),
              "osd": MethodSpec("osd", "OSD", "small-lm", "osd"),
-             # a draft that learns from every verified token without a gradient (issue 21):
+             # a draft that learns from every verified token without a gradient:
              # its suffix tries are kept with the stream's state
              "suffix": MethodSpec("suffix", "SuffixDecoding", "suffix", None),
              # Hedge over suffix + n-gram, drafting priced at fixed seconds per proposal so a

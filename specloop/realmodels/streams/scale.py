@@ -1,4 +1,4 @@
-"""The online-at-scale grid (issue 19 s.3): protocol x method x seed x learning rate,
+"""The online-at-scale grid: protocol x method x seed x learning rate,
 each cell a replay of one recorded stream (`specloop.realmodels.streams.replay`), run on a
 local process pool or on Ray.
 

@@ -1,6 +1,6 @@
-"""The online-at-scale grid's results (issue 19 s.3-4): per protocol, the stream JSON of
+"""The online-at-scale grid's results: per protocol, the stream JSON of
 ``specloop stream`` per method (aggregated over seeds), the learning-rate grid, tau
-against the stream length T, the issue's targets as computed verdicts, and figures.
+against the stream length T, the stated targets as computed verdicts, and figures.
 
 Per protocol (``summary-<protocol>.json``; all protocols in ``summary.json``):
 
@@ -13,7 +13,7 @@ Per protocol (``summary-<protocol>.json``; all protocols in ``summary.json``):
   seeds against the frozen draft: ``gain``, ``gain_ci``, ``wilcoxon_p``, per domain).
 * ``lr_grid[m]``: {learning rate: tau} of the learning-rate jobs (Table 5 (i)-(ii));
   the targets compare them with the optimistic / ensemble rows by paired intervals.
-* ``targets``: each target of the issue with its numbers and a boolean (None when a
+* ``targets``: each stated target with its numbers and a boolean (None when a
   method it needs did not run).
 
 Figures: ``per_chunk-<protocol>.png`` (tau per chunk, OnlineSpec Figure 3),
@@ -112,7 +112,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
 
 
 def scale_targets(methods: dict, lr_grid: dict, lr_prompts: dict | None = None) -> dict:
-    """The issue's targets (s.4) as verdicts with their numbers: online >= +20 % tau
+    """The stated targets as verdicts with their numbers: online >= +20 % tau
     over frozen with the interval above 0 (Opt-Hydra, Ens-EAGLE-3); the ordering
     frozen < OSD < optimistic / ensemble (each step by its paired interval, `_ordering`);
     the ensemble within 2 % of the best single learning rate in hindsight and no single

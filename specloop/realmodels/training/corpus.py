@@ -1,4 +1,4 @@
-"""Warm-up corpus of real offline text for training draft heads (issue 6).
+"""Warm-up corpus of real offline text for training draft heads.
 
 Sources (all on disk, no downloads):
 
