@@ -110,6 +110,8 @@ def _export(args: argparse.Namespace) -> int:
                                                                                               "medusa"):
         raise ValueError(f"--kind must be eagle, eagle3, medusa or KIND:PATH with one of those kinds, "
                          f"got {args.kind!r}")
+    from specloop.cli._paths import check_paths
+    check_paths(args, out_folders=("out",), in_folders=("checkpoint",))
     target = load_model(args.target)
     drafter = make_drafter(args.kind, target, checkpoint=args.checkpoint, train_if_missing=False, progress=False)
     folder = export_published(drafter, args.fmt, args.out, target)
@@ -192,7 +194,10 @@ def _pretrained_folder(target: str, kind: str) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from specloop.cli._paths import check_paths
     from specloop.realmodels.training.trainer import get_trainer
+    check_paths(args, out_folders=("out",), in_folders=("recordings=--from-recording",)
+                + (("init_from",) if args.init_from not in (None, "pretrained") else ()))
     config = _train_config(args)
     trainer = get_trainer(args.kind)
     report = trainer(config, loaded=None, progress=True)
