@@ -35,9 +35,13 @@ def folder_lock(folder: str | os.PathLike):
 
     Raises:
         FolderInUseError: another process holds it (the message names its PID).
+        ValueError: ``folder`` exists as a file or lies under one (one line).
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"{folder} is not a folder (it or a parent exists as a file)") from None
     if fcntl is None:                               # pragma: no cover
         yield
         return

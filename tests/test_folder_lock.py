@@ -64,3 +64,13 @@ def test_a_second_recorder_on_one_folder_is_refused(tmp_path):
     assert not list((tmp_path / "rec").glob("shard-*.npz"))
     record_tiny(tmp_path / "rec", count=2)
     assert list((tmp_path / "rec").glob("shard-*.npz"))
+
+
+def test_a_folder_that_is_a_file_is_refused_in_one_line(tmp_path):
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    for folder in (afile, afile / "sub"):
+        with pytest.raises(ValueError, match="is not a folder"):
+            with folder_lock(folder):
+                pass
+    assert afile.read_text() == "x"

@@ -75,9 +75,9 @@ def run_generate(args) -> int:
     from specloop.realmodels.answers.run import check_resumable, generate_answer_set
     from specloop.realmodels.loading import load_model
     try:
+        from specloop.cli._paths import check_paths
+        check_paths(args, out_folders=("out",))
         out = Path(args.out)
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {out} exists and is not a folder")
         settings = _settings(args, torch.get_num_threads())
         manifest = check_resumable(out, settings) if out.is_dir() else None    # before the model loads
         target = load_model(args.target, dtype=args.dtype, device=args.device)

@@ -8,6 +8,10 @@
     specloop draft features --target smollm2-135m [--tokens N] [--corpus-mix SRC=W,...]
     specloop draft export --target smollm2-135m --kind eagle|eagle3|medusa|KIND:PATH
                           --format eagle|eagle3|medusa|vllm-medusa --out DIR [--checkpoint FOLDER]
+    specloop draft datastore --target smollm2-135m [--tokens N] [--no-chat]
+
+``datastore`` builds (or finds) the ``ngram-datastore`` drafter's n-gram index of the
+target's warm-up corpus (`specloop.realmodels.registry.datastore`) and prints its folder.
 
 ``export`` writes a draft head in a published layout (EAGLE-1/2, EAGLE-3, Medusa;
 ``vllm-medusa``: vLLM's Medusa layout; `specloop.realmodels.heads.published_export`): the
@@ -98,6 +102,22 @@ def register(subparsers) -> None:
     export.add_argument("--out", required=True, help="output folder")
     export.add_argument("--checkpoint", default=None, help="draft folder of the trained draft (default: the cache)")
     export.set_defaults(func=_export)
+    store = sub.add_parser("datastore", help="build the ngram-datastore drafter's index of the warm-up corpus")
+    store.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
+    store.add_argument("--tokens", type=int, default=1_200_000, help="warm-up corpus size in tokens")
+    store.add_argument("--no-chat", action="store_true", help="do not index the target's cached chat responses")
+    store.set_defaults(func=_datastore)
+
+
+def _datastore(args: argparse.Namespace) -> int:
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.registry.datastore import datastore_root, load_or_build_index
+    if args.tokens < 1:
+        raise ValueError(f"--tokens must be >= 1, got {args.tokens}")
+    index = load_or_build_index(load_model(args.target), args.target, total_tokens=args.tokens,
+                                include_chat=not args.no_chat)
+    print(f"n-gram datastore index of {args.target} ({len(index.tokens)} tokens) under {datastore_root(args.target)}")
+    return 0
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -110,6 +130,8 @@ def _export(args: argparse.Namespace) -> int:
                                                                                               "medusa"):
         raise ValueError(f"--kind must be eagle, eagle3, medusa or KIND:PATH with one of those kinds, "
                          f"got {args.kind!r}")
+    from specloop.cli._paths import check_paths
+    check_paths(args, out_folders=("out",), in_folders=("checkpoint",))
     target = load_model(args.target)
     drafter = make_drafter(args.kind, target, checkpoint=args.checkpoint, train_if_missing=False, progress=False)
     folder = export_published(drafter, args.fmt, args.out, target)
@@ -192,7 +214,10 @@ def _pretrained_folder(target: str, kind: str) -> str:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from specloop.cli._paths import check_paths
     from specloop.realmodels.training.trainer import get_trainer
+    check_paths(args, out_folders=("out",), in_folders=("recordings=--from-recording",)
+                + (("init_from",) if args.init_from not in (None, "pretrained") else ()))
     config = _train_config(args)
     trainer = get_trainer(args.kind)
     report = trainer(config, loaded=None, progress=True)

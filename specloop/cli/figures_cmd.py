@@ -65,7 +65,9 @@ def run_one(name: str, out_dir: Path, quick: bool) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specloop.cli._paths import check_paths
     names = resolve_names(args.names)
+    check_paths(args, out_folders=("out",))
     rows = []
     for name in names:
         if not args.json:

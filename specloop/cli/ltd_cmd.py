@@ -168,7 +168,16 @@ def _schedule(args):
                            args.co_size_steps, args.fixed_verify_size, args.n_steps)
 
 
+def _check_ltd_paths(args, replay_is_output: bool = False) -> None:
+    """The ltd commands' path flags, checked before any work (`specloop.cli._paths`)."""
+    from specloop.cli._paths import check_paths
+    check_paths(args, out_folders=("out",) + (("replay",) if replay_is_output else ()),
+                in_folders=("tune_replay", "grid_from_replay", "costs_from")
+                + (("replay",) if args.env == "replay" and not replay_is_output else ()))
+
+
 def _train(args) -> int:
+    _check_ltd_paths(args)
     if args.n_steps is not None and args.n_steps < 2:
         raise ValueError(f"--n-steps must be >= 2 (PPO rollout length), got {args.n_steps}")
     if args.reward == "net_tokens" and args.env != "replay" and args.reward_rate is None:
@@ -230,6 +239,7 @@ def _train_real(args) -> int:
 
 
 def _record(args) -> int:
+    _check_ltd_paths(args, replay_is_output=True)
     from specloop.cli.ltd_replay_cmd import record
     return record(args)
 
@@ -238,6 +248,7 @@ def _record(args) -> int:
 def _eval(args) -> int:
     from specloop.ltd.evaluate import parse_policy_names, save_eval
 
+    _check_ltd_paths(args)
     extra = parse_policy_names(getattr(args, "extra_policies", ""))
     if args.env == "real":
         result, decisions = _real_eval(args, extra)

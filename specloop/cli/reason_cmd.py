@@ -94,6 +94,9 @@ def _clean(value):
 def run(args) -> int:
     from dataclasses import asdict
 
+    from specloop.cli._paths import check_paths
+    check_paths(args, out_folders=("out",))
+
     from tqdm.auto import tqdm
 
     from specloop.realmodels.loading import load_model

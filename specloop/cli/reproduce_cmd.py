@@ -64,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     if args.tiny:
         os.environ[SCALE_ENV] = "tiny"
     parts = _select(args.parts)
+    from specloop.cli._paths import check_paths
+    check_paths(args, out_folders=("out",))
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     results = []

@@ -139,6 +139,8 @@ def _cost_model(args):
 
     if args.cost == "linear":
         return LinearCost(draft_time=args.draft_time, target_time=args.target_time)
+    from specloop.cli._paths import check_paths
+    check_paths(args, in_files=("cost_table",))
     return TableCost(load_cost_table(args.cost_table, args.cost_dtype), draft_time=args.draft_time)
 
 

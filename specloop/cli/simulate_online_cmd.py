@@ -182,6 +182,8 @@ def _names(text: str, allowed, resolve=None) -> tuple[str, ...]:
 def run_sweep_cmd(args) -> int:
     from specloop.sim.online import LEARNERS, ONLINE_SCENARIOS, SweepConfig, regret_sweep
 
+    from specloop.cli._paths import check_paths
+    check_paths(args, out_files=("out",))
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else DEFAULT_ROUNDS)
     seeds = args.seeds or (1 if args.quick else 3)
     config = SweepConfig(scenarios=_names(args.scenarios, ONLINE_SCENARIOS),

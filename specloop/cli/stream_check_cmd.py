@@ -45,7 +45,9 @@ def _check(args) -> dict:
     from specloop.realmodels.streams.replay import load_verify_cost
     from specloop.realmodels.streams.replay_check import check_replay
     from specloop.realmodels.streams.runner import StreamConfig, resolve_method
+    from specloop.cli._paths import check_paths
     from specloop.realmodels.recording import open_recording
+    check_paths(args, out_folders=("out",), in_folders=("recording=REC", "drafts"), in_files=("cost_table",))
     recording = open_recording(args.recording)
     methods = [resolve_method(m).name for m in args.method.split(",") if m.strip()]
     if not methods:

@@ -123,8 +123,10 @@ def _recorded_max_new_tokens(folder) -> int:
 def run(args) -> int:
     from tqdm.auto import tqdm
 
+    from specloop.cli._paths import check_paths
     from specloop.realmodels.streams.results import serve_stream
     _check_args(args)
+    check_paths(args, out_folders=("out",), in_folders=("drafts", "replay"), in_files=("cost_table",))
     stream = _stream_run(args)
     bar = None
 

@@ -47,7 +47,9 @@ def register_record(sub) -> None:
                              "learners replay round for round)")
     parser.add_argument("--check-prompts", type=int, default=4,
                         help="prompts re-decoded batch-1 to check the batched continuation (0: none)")
-    parser.add_argument("--out", required=True, help="recording folder (resumable)")
+    parser.add_argument("--out", required=True,
+                        help="recording folder, created with any missing parent folders (resumable: rerun the same "
+                             "command to continue it or to re-record a damaged shard)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run_record)
 
@@ -124,7 +126,9 @@ def _rebuild(args) -> dict:
 
 
 def run_record(args) -> int:
+    from specloop.cli._paths import check_paths
     try:
+        check_paths(args, out_folders=("out",), in_folders=("from_answers",))
         if args.from_answers is not None:
             result = _rebuild(args)
         else:
@@ -134,6 +138,11 @@ def run_record(args) -> int:
     except (ValueError, FileNotFoundError) as err:
         print(f"specloop stream record: {err}", file=sys.stderr)
         return 2
+    for note in result.get("redone", []):
+        same = {True: "byte-identical to the original", False: "NOT byte-identical to the original (this "
+                "environment records other bytes)", None: "its entry had no sha256 to compare"}[note["identical"]]
+        print(f"specloop stream record: {args.out}/{note['file']} was missing or damaged and was recorded again "
+              f"({same})", file=sys.stderr)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0

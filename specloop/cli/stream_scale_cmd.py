@@ -88,11 +88,16 @@ def _method_seeds(values) -> dict:
 def _grid(args):
     from specloop.cli._online_flags import online_flags
     from specloop.realmodels.recording import open_recording, recorded_items
+    from specloop.cli._paths import check_input_folder, check_paths
     from specloop.realmodels.streams.scale import GridSettings, baseline_job, plan_jobs
+    protocols = _protocols(args.protocol)
+    check_paths(args, out_folders=("out",), in_folders=("recording=REC",), in_files=("cost_table",))
+    for name, drafts in protocols.items():
+        check_input_folder(drafts, f"--protocol {name}=")
     recording = open_recording(args.recording)
     items = recorded_items(recording, args.prompts, args.every)            # checks --prompts / --every
     online = {k: v for k, v in online_flags(args).items() if k != "background"}   # replays refuse it
-    jobs = plan_jobs(_protocols(args.protocol), [m for m in args.method.split(",") if m.strip()], seeds=args.seeds,
+    jobs = plan_jobs(protocols, [m for m in args.method.split(",") if m.strip()], seeds=args.seeds,
                      lr_grid=_lr_grid(args.lr_grid), chunk=args.chunk, online=online,
                      method_seeds=_method_seeds(args.method_seeds))
     settings = GridSettings(recording=str(args.recording), out=args.out, prompts=args.prompts, every=args.every,

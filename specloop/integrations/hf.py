@@ -27,6 +27,15 @@ Refused with a one-line ``ValueError``: batch > 1, beam search / several return
 sequences, padded attention masks, any other logits processor (repetition penalty,
 min_new_tokens, bad words, ...), stopping criteria other than length and EOS,
 scores / logits / attentions / hidden states in the output.
+
+Nothing is trained or built inside ``generate``: a registry drafter whose saved head
+(``eagle``, ``eagle3``, ``hydra``, ``medusa``, ...) or index (``ngram-datastore``) is
+missing raises a one-line ``FileNotFoundError`` naming the command that makes it
+(``specloop draft train ...``, ``specloop draft datastore ...``), unless
+``drafter_options`` explicitly asks for ``train_if_missing`` / ``build_if_missing``.
+Drafters look their saved artefacts up by ``target_name`` (a registry name such as
+``smollm2-135m``); without it the model's ``name_or_path`` is used, which for a model
+loaded from the hub cache is a folder path no draft is saved under.
 """
 from __future__ import annotations
 
@@ -98,16 +107,24 @@ def _eos_ids(generation_config) -> list[int]:
     return [int(e) for e in torch.as_tensor(eos).reshape(-1).tolist()]
 
 
-def _drafter_for(model, drafter, options: dict, target: LoadedModel):
+def _drafter_for(model, drafter, options: dict, target: LoadedModel, named: bool):
     """A `Drafter` instance as given, or the registry's drafter of that name (built
-    once per model, name and options, then reused)."""
+    once per model, name and options, then reused). Registry drafters never train a
+    head or build an index here (``train_if_missing`` / ``build_if_missing`` default to
+    False); a missing one is a FileNotFoundError naming the command that makes it."""
     if not isinstance(drafter, str):
         return drafter
     from specloop.realmodels.registry.drafters import make_drafter
-    key = (drafter, tuple(sorted((k, repr(v)) for k, v in options.items())))
+    options = {"train_if_missing": False, "build_if_missing": False, "progress": False, **options}
+    key = (drafter, tuple(sorted((k, repr(v)) for k, v in options.items() if k != "tokenizer")))
     per_model = _DRAFTERS.setdefault(model, {})
     if key not in per_model:
-        per_model[key] = make_drafter(drafter, target, **options)
+        try:
+            per_model[key] = make_drafter(drafter, target, **options)
+        except FileNotFoundError as err:
+            hint = "" if named else (f" (drafts are looked up by target_name, here the model's name_or_path "
+                                     f"{target.name!r}; pass target_name=, e.g. 'smollm2-135m')")
+            raise FileNotFoundError(f"speculative_generate: drafter {drafter!r}: {err}{hint}") from None
     return per_model[key]
 
 
@@ -123,7 +140,7 @@ def _generate_streamer():
 def speculative_generate(model, input_ids: torch.Tensor, logits_processor=None, stopping_criteria=None,
                          generation_config=None, drafter="ngram", drafter_options: dict | None = None,
                          num_draft_tokens: int = 5, policy=None, seed: int | None = None,
-                         target_name: str | None = None, streamer=None, **model_kwargs):
+                         target_name: str | None = None, streamer=None, tokenizer=None, **model_kwargs):
     """transformers ``custom_generate`` callable running `SpeculativeDecoder`.
 
     Args:
@@ -141,6 +158,10 @@ def speculative_generate(model, input_ids: torch.Tensor, logits_processor=None, 
         target_name: the target's name for drafters that look up saved drafts by it
             (default: the model's ``name_or_path``).
         streamer: used when called directly; under ``generate`` its own is used.
+        tokenizer: the target's tokenizer, for drafters that read text (it becomes the
+            target's ``LoadedModel.tokenizer``). transformers 5.x drops ``generate``'s
+            own ``tokenizer=`` before calling a ``custom_generate`` callable, so under
+            ``generate`` pass it as ``drafter_options={"tokenizer": tok}``.
 
     Returns:
         int64 (1, L + n) sequences (prompt + new tokens, EOS included when hit, n <=
@@ -149,6 +170,8 @@ def speculative_generate(model, input_ids: torch.Tensor, logits_processor=None, 
 
     Raises:
         ValueError: an unsupported setting (named), or errors of the drafter / decoder.
+        FileNotFoundError: a registry drafter's saved head or index is missing (one
+            line naming the command that makes it; nothing is trained or built here).
     """
     from specloop.realmodels.decoder import SpeculativeDecoder
     from specloop.realmodels.policy import FixedDraftPolicy
@@ -162,9 +185,11 @@ def speculative_generate(model, input_ids: torch.Tensor, logits_processor=None, 
     prompt_len = int(input_ids.shape[1])
     max_length = gc.max_length if gc.max_length is not None else prompt_len + int(gc.max_new_tokens or 20)
     max_new = max(0, int(max_length) - prompt_len)
-    target = LoadedModel(model=model, tokenizer=None, name=target_name or str(getattr(model, "name_or_path", "")),
-                         source="transformers")
-    draft = _drafter_for(model, drafter, dict(drafter_options or {}), target)
+    options = dict(drafter_options or {})
+    tokenizer = options.pop("tokenizer", tokenizer)
+    target = LoadedModel(model=model, tokenizer=tokenizer,
+                         name=target_name or str(getattr(model, "name_or_path", "")), source="transformers")
+    draft = _drafter_for(model, drafter, options, target, named=target_name is not None)
     if seed is None:
         seed = int(torch.randint(0, 2**31 - 1, (1,)).item())
     decoder = SpeculativeDecoder(target, draft, policy=policy or FixedDraftPolicy(int(num_draft_tokens)),

@@ -23,7 +23,8 @@ Recording folder format (``format_version`` 1)
      "model": {vocab_size, hidden_size, num_hidden_layers, eos_ids [..]},
      "layer_names": {"2": "hidden_2", ..., "-1": "hidden_last"},
      "shards": [{"file", "first_index", "prompts", "positions", "new_tokens", "bytes",
-                 "seconds"}, ...],
+                 "sha256", "seconds"}, ...],
+     "answers": str,                         # only when rebuilt from an answer set
      "complete": bool, "total_bytes": int,
      "check": {"stream_indices": [..], "divergent": [{"stream_index", "first_diff"}],
                "matching": int}}             # after the last shard
@@ -61,6 +62,15 @@ topm_probs         float16* (N, m)    their p_target (float32 softmax of the log
 
 (*) float32 when the settings' ``feature_dtype`` is "float32".
 
+Integrity: every shard's size and sha256 are in its manifest entry (written with the
+shard) and are verified when the recording is opened (`open_recording`) and when a
+recording resumes; a damaged or missing shard is refused in one line naming the file and
+the command that rebuilds it (`rebuild_command`), and a resumed recording re-does it (the
+recorder writes byte-identical shards). Recordings made before checksums were kept
+(no ``sha256`` in their entries) are verified by size only. The target's compute dtype
+is checked against the stored features too (`check_compute_dtype`): bfloat16 hidden
+states keep only 8 significant bits, which their float16 / float32 storage shows.
+
 So for a continuation position i >= L_j, ``tokens[i]`` is the greedy argmax of
 position i - 1 (``topm_ids[i - 1, 0]`` up to ties at float16 / recompute precision).
 """
@@ -76,13 +86,21 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["recorded_items", "first_difference", "FORMAT_VERSION", "FORMAT_NAME", "FEATURE_DTYPES", "RecordSettings",
+from specloop._integrity import DamagedFileError, file_entry, read_json_manifest, verify_listed_file
+
+__all__ = ["DamagedShardError", "read_manifest", "rebuild_command", "verify_shards", "usable_shards",
+           "resume_manifest", "redone_note",
+           "check_compute_dtype", "recorded_items", "first_difference", "FORMAT_VERSION", "FORMAT_NAME", "FEATURE_DTYPES", "RecordSettings",
            "head_feature_layers", "layer_name", "prompts_fingerprint", "check_settings", "shard_name", "Recording",
            "open_recording", "recording_bytes"]
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "specloop.stream_record"
 FEATURE_DTYPES = ("float16", "float32")     # storage of the features and probabilities
+
+
+class DamagedShardError(DamagedFileError):
+    """A listed shard that is missing or whose size / sha256 differ from the manifest."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +195,8 @@ def prompts_fingerprint(prompts) -> str:
 # -- files ------------------------------------------------------------------------------
 def _write_npz(path: Path, arrays: dict) -> int:
     """Write an uncompressed .npz with fixed member timestamps (byte-identical on a
-    rerun) to ``path.tmp``, then rename it over ``path``. Returns the bytes."""
+    rerun) to ``path.tmp``, then rename it over ``path``. Returns its manifest entry's
+    ``{"bytes", "sha256"}``."""
     tmp = path.with_name(path.name + ".tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
         for name in sorted(arrays):
@@ -188,7 +207,7 @@ def _write_npz(path: Path, arrays: dict) -> int:
     with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    return path.stat().st_size
+    return file_entry(path)
 
 
 def _write_json(path: Path, data: dict) -> None:
@@ -227,15 +246,12 @@ def check_settings(out_dir, settings: RecordSettings | dict, keys=None) -> None:
             None = all.
 
     Raises:
-        ValueError: a setting differs (one line naming each: recorded vs asked), or the
-            folder holds another format.
+        ValueError: a setting differs (one line naming each: recorded vs asked), or
+            `read_manifest` refuses the manifest.
     """
-    path = Path(out_dir) / "manifest.json"
-    if not path.is_file():
+    if not (Path(out_dir) / "manifest.json").is_file():
         return
-    manifest = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT_NAME:
-        raise ValueError(f"{path} is not a stream recording (format {manifest.get('format')!r})")
+    manifest = read_manifest(out_dir)
     asked = settings.to_dict() if isinstance(settings, RecordSettings) else dict(settings)
     recorded = {"feature_dtype": "float16", **manifest.get("settings", {})}   # older recordings: float16
     names = asked.keys() if keys is None else keys
@@ -342,21 +358,158 @@ def recorded_items(recording: Recording, limit: int | None = None, every: int = 
     return items
 
 
-def open_recording(out_dir) -> Recording:
-    """Open a recording folder.
+def read_manifest(out_dir) -> dict:
+    """The ``manifest.json`` of a recording folder, as the reader and the recorder both
+    accept it.
 
     Raises:
-        FileNotFoundError: no ``manifest.json``. ValueError: another format or a newer
-            format version.
+        FileNotFoundError: no manifest. ValueError: unreadable JSON, another format, or
+            a format version other than this code's (each one line naming the file).
+    """
+    path = Path(out_dir) / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no stream recording at {Path(out_dir)} (manifest.json missing)")
+    manifest = read_json_manifest(path)
+    if manifest.get("format") != FORMAT_NAME:
+        raise ValueError(f"{path} is not a stream recording (format {manifest.get('format')!r})")
+    version = manifest.get("format_version", FORMAT_VERSION)   # manifests before the field: version 1
+    if not isinstance(version, int) or version != FORMAT_VERSION:
+        raise ValueError(f"{path} has format version {version!r}, this code reads and writes version "
+                         f"{FORMAT_VERSION} only")
+    if not isinstance(manifest.get("settings"), dict) or not isinstance(manifest.setdefault("shards", []), list):
+        raise ValueError(f"{path} is not a complete recording manifest (no settings, or shards not a list)")
+    return manifest
+
+
+def rebuild_command(out_dir, manifest: dict) -> str:
+    """The ``specloop stream record`` command line that (re)writes this recording's
+    shards into ``out_dir`` (its settings as flags; ``--from-answers`` when it was
+    rebuilt from an answer set)."""
+    s = manifest["settings"]
+    if manifest.get("answers"):
+        flags = [f"--from-answers {manifest['answers']}", f"--prompts {s['prompts']}"]
+    else:
+        flags = [f"--target {s['target']}", f"--dtype {s['dtype']}", f"--datasets {','.join(s['datasets'])}",
+                 f"--split {s['split']}", f"--order {s['order']}", f"--prompts {s['prompts']}",
+                 f"--max-new-tokens {s['max_new_tokens']}"]
+        if s.get("max_prompt_tokens") is not None:
+            flags.append(f"--max-prompt-tokens {s['max_prompt_tokens']}")
+        if not s.get("chat_template", True):
+            flags.append("--raw")
+    flags += [f"--top-m {s['top_m']}", f"--batch-size {s['batch_size']}", f"--shard-size {s['shard_size']}",
+              f"--feature-dtype {s.get('feature_dtype', 'float16')}", f"--out {out_dir}"]
+    return "specloop stream record " + " ".join(flags)
+
+
+def _redo_hint(out_dir, manifest: dict) -> str:
+    return f"rerun `{rebuild_command(out_dir, manifest)}` to redo it (a resume re-does damaged shards)"
+
+
+def verify_shards(out_dir, manifest: dict) -> None:
+    """Check every listed shard against its manifest entry (size, and sha256 when the
+    entry has one: recordings made before checksums are checked by size only).
+
+    Raises:
+        DamagedShardError: the first missing or damaged shard, in one line naming it
+            and the command that rebuilds it.
+    """
+    for entry in manifest["shards"]:
+        verify_listed_file(out_dir, entry, _redo_hint(out_dir, manifest), error=DamagedShardError)
+
+
+def usable_shards(out_dir, manifest: dict) -> tuple[list[dict], list[str]]:
+    """For a resume: (the listed shards that verify, the files of those that do not --
+    missing or damaged, to be recorded again)."""
+    kept, damaged = [], []
+    for entry in manifest["shards"]:
+        try:
+            verify_listed_file(out_dir, entry, "", error=DamagedShardError)
+            kept.append(entry)
+        except DamagedShardError:
+            damaged.append(entry["file"])
+    return kept, damaged
+
+
+def resume_manifest(out_dir, fresh) -> tuple[dict, dict]:
+    """The manifest a recorder resumes from: the folder's (`read_manifest`) with only
+    its shards that verify listed, else ``fresh()`` (a new manifest).
+
+    Returns:
+        (manifest, redo): ``redo`` maps each missing or damaged shard's file to the
+        sha256 its entry had (None when unknown), to be recorded again.
+    """
+    if not (Path(out_dir) / "manifest.json").is_file():
+        return fresh(), {}
+    manifest = read_manifest(out_dir)
+    listed = {e["file"]: e.get("sha256") for e in manifest["shards"]}
+    manifest["shards"], damaged = usable_shards(out_dir, manifest)
+    if damaged:
+        manifest["complete"] = False
+    return manifest, {f: listed[f] for f in damaged}
+
+
+def redone_note(redo: dict, manifest: dict) -> list[dict]:
+    """Per re-recorded shard: ``file`` and ``identical`` (its new sha256 equals the
+    damaged one's entry; None when that entry had no sha256)."""
+    new = {e["file"]: e.get("sha256") for e in manifest["shards"]}
+    return [{"file": f, "identical": None if old is None else new.get(f) == old} for f, old in redo.items()]
+
+
+def _dtype_layer(layers) -> int | None:
+    """The recorded layer whose values show the compute dtype (-1, else the deepest
+    non-embedding layer; the embeddings are the checkpoint's values in any dtype)."""
+    if -1 in layers:
+        return -1
+    deep = [x for x in layers if x > 0]
+    return max(deep) if deep else None
+
+
+def check_compute_dtype(recording: "Recording") -> None:
+    """Refuse a recording whose manifest's ``dtype`` disagrees with its features.
+
+    A bfloat16 target's hidden states carry 8 significant bits, so stored as float16
+    their 3 lowest mantissa bits are 0, stored as float32 their 16 lowest; a float32
+    target's are 0 at those bits about 1/8 (1/65536) of the time. Reads one layer of
+    the first shard (at most 65,536 values); a recording without a shard or with fewer
+    than 256 values of a non-embedding layer is not checked.
+
+    Raises:
+        ValueError: the features are of the other compute dtype (one line).
+    """
+    layer = _dtype_layer(recording.layers)
+    if not recording.manifest["shards"] or layer is None:
+        return
+    entry = recording.manifest["shards"][0]
+    with np.load(recording.folder / entry["file"], allow_pickle=False) as data:
+        values = np.asarray(data[layer_name(layer)]).reshape(-1)[:65536]
+    if values.size < 256:
+        return
+    if values.dtype == np.float16:
+        low = (values.view(np.uint16) & 0x7) == 0
+    elif values.dtype == np.float32:
+        low = (values.view(np.uint32) & 0xFFFF) == 0
+    else:
+        raise ValueError(f"{recording.folder / entry['file']}: {layer_name(layer)} is {values.dtype}, not float16 "
+                         "or float32")
+    shown = "bfloat16" if float(low.mean()) > 0.75 else "float32"
+    claimed = recording.settings.get("dtype")
+    if claimed != shown:
+        raise ValueError(f"{recording.folder / 'manifest.json'} says dtype {claimed!r} but the recorded features "
+                         f"were computed in {shown} ({layer_name(layer)} of {entry['file']}); re-record it or "
+                         "restore the manifest")
+
+
+def open_recording(out_dir) -> Recording:
+    """Open a recording folder, verifying every listed shard (`verify_shards`) and the
+    compute dtype (`check_compute_dtype`).
+
+    Raises:
+        FileNotFoundError: no ``manifest.json``. ValueError: as `read_manifest`;
+            `DamagedShardError`; a dtype the features contradict.
     """
     folder = Path(out_dir)
-    path = folder / "manifest.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no stream recording at {folder} (manifest.json missing)")
-    manifest = json.loads(path.read_text())
-    if manifest.get("format") != FORMAT_NAME:
-        raise ValueError(f"{path} is not a stream recording")
-    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
-        raise ValueError(f"{path} has format version {manifest['format_version']}, this reader knows "
-                         f"{FORMAT_VERSION}")
-    return Recording(folder, manifest)
+    manifest = read_manifest(folder)
+    verify_shards(folder, manifest)
+    recording = Recording(folder, manifest)
+    check_compute_dtype(recording)
+    return recording

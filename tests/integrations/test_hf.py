@@ -102,3 +102,48 @@ def test_smollm2_greedy_equals_hf_greedy():
         got = loaded.model.generate(ids, do_sample=False, max_new_tokens=12, custom_generate=speculative_generate,
                                     drafter=drafter)
         assert torch.equal(got, want), (text, drafter)
+
+
+@pytest.mark.parametrize("drafter,target_name,command", [
+    ("eagle3", None, "specloop draft train --target"), ("hydra", None, "specloop draft train --target"),
+    ("ngram-datastore", "smollm2-135m", "specloop draft datastore --target smollm2-135m")])
+def test_a_missing_head_or_index_is_one_line_and_nothing_is_trained(tiny, tmp_path, monkeypatch, drafter,
+                                                                     target_name, command):
+    import specloop.integrations.hf as hf
+    import specloop.realmodels.registry.datastore as datastore
+    import specloop.realmodels.training.trainer as trainer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("training or index building started inside generate")
+
+    monkeypatch.setenv("SPECLOOP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(trainer, "get_trainer", refuse)
+    monkeypatch.setattr(datastore, "_warmup_stream", refuse)
+    monkeypatch.setattr(hf, "_DRAFTERS", type(hf._DRAFTERS)())
+    monkeypatch.setattr(tiny.model, "name_or_path", str(tmp_path / "hub" / "models--x" / "snapshots" / "abc"))
+    extra = {} if target_name is None else {"target_name": target_name}
+    with pytest.raises(FileNotFoundError) as err:
+        _hf(tiny.model, IDS, max_new_tokens=4, custom_generate=speculative_generate, drafter=drafter, **extra)
+    text = str(err.value)
+    assert "\n" not in text and command in text and err.value.__cause__ is None
+    assert ("pass target_name=" in text) == (target_name is None)
+    assert not (tmp_path / "cache" / "datastore").exists()
+
+
+def test_the_tokenizer_reaches_the_drafters_target(tiny, monkeypatch):
+    import specloop.integrations.hf as hf
+    seen = {}
+    real = hf._drafter_for
+
+    def spy(model, drafter, options, target, named):
+        seen["tokenizer"] = target.tokenizer
+        return real(model, drafter, options, target, named)
+
+    monkeypatch.setattr(hf, "_drafter_for", spy)
+    token = object()
+    _hf(tiny.model, IDS, max_new_tokens=4, custom_generate=speculative_generate, drafter="ngram",
+        drafter_options={"tokenizer": token})
+    assert seen["tokenizer"] is token
+    speculative_generate(tiny.model, torch.tensor([IDS]), generation_config=GenerationConfig(max_new_tokens=2),
+                         drafter="ngram", tokenizer="tok")
+    assert seen["tokenizer"] == "tok"

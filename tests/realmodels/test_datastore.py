@@ -321,3 +321,18 @@ def test_registry_builds_datastore_drafter(smollm2, index):
     drafter = make_drafter("ngram-datastore", smollm2, index=index, max_ngram=4, dtype="float32")
     assert isinstance(drafter, DatastoreDrafter) and drafter.index is index and drafter.max_ngram == 4
     assert make_drafter("ngram-datastore", smollm2, index=None).index is None
+
+
+def test_a_missing_index_is_not_built_when_asked_not_to_and_the_command_exists(tmp_path, monkeypatch, capsys):
+    from specloop.cli import build_parser, main
+    from specloop.cli.draft_cmd import _datastore
+    from specloop.realmodels.registry.datastore import load_or_build_index
+    monkeypatch.setenv("SPECLOOP_CACHE", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="build it with: specloop draft datastore --target tiny-x$"):
+        load_or_build_index(None, "tiny-x", build_if_missing=False)
+    with pytest.raises(ValueError, match="needs the target's tokenizer"):
+        load_or_build_index(None, "tiny-x")
+    assert not (tmp_path / "datastore").exists()
+    args = build_parser().parse_args(["draft", "datastore", "--target", "tiny-x"])
+    assert args.func is _datastore and args.tokens == 1_200_000
+    assert main(["draft", "datastore", "--tokens", "0"]) == 2 and "--tokens" in capsys.readouterr().err

@@ -50,6 +50,8 @@ from pathlib import Path
 
 import numpy as np
 
+from specloop._integrity import DamagedFileError, file_sha256, read_json_manifest, verify_listed_file
+
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "AnswerSettings", "AnswerSet", "open_answer_set", "piece_name",
            "write_piece", "file_sha256", "target_fingerprint", "tokenizer_sha256", "answer_set_info",
            "DamagedPieceError"]
@@ -58,7 +60,7 @@ FORMAT_NAME = "specloop.answers"
 FORMAT_VERSION = 1
 
 
-class DamagedPieceError(ValueError):
+class DamagedPieceError(DamagedFileError):
     """A piece whose size or sha256 differs from the manifest."""
 
 
@@ -108,14 +110,6 @@ class AnswerSettings:
 
 def piece_name(number: int) -> str:
     return f"piece-{int(number):04d}.npz"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def target_fingerprint(model) -> str:
@@ -183,11 +177,8 @@ def read_manifest(folder: Path) -> dict:
     path = Path(folder) / "manifest.json"
     if not path.is_file():
         raise FileNotFoundError(f"no answer set at {folder} (manifest.json missing)")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+    manifest = read_json_manifest(path)
+    if manifest.get("format") != FORMAT_NAME:
         raise ValueError(f"{path} is not an answer set manifest")
     if int(manifest.get("format_version", 0)) != FORMAT_VERSION:
         raise ValueError(f"{path} has format version {manifest.get('format_version')}, this reader knows "
@@ -198,13 +189,8 @@ def read_manifest(folder: Path) -> dict:
 def verify_piece(folder: Path, entry: dict) -> None:
     """Raise `DamagedPieceError` (one line naming the file) when a listed piece is
     missing or its size / sha256 differ from the manifest."""
-    path = Path(folder) / entry["file"]
-    if not path.is_file():
-        raise DamagedPieceError(f"{path} is listed in the manifest but missing; delete its entry "
-                                "(or the folder) and rerun the command that made the set to redo it")
-    if path.stat().st_size != int(entry["bytes"]) or file_sha256(path) != entry["sha256"]:
-        raise DamagedPieceError(f"{path} is damaged (size or sha256 differs from the manifest); delete it and "
-                                "rerun the command that made the set to redo it")
+    verify_listed_file(folder, entry, "delete it (or its manifest entry) and rerun the command that made the set "
+                       "to redo it", error=DamagedPieceError)
 
 
 class AnswerSet:

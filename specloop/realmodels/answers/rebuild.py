@@ -130,17 +130,17 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
     eos = answers.manifest["eos_ids"]
     with folder_lock(out):
         return _write_shards(target.model, records, out, settings, eos, progress,
-                             (_new_manifest, _shard_arrays, _write_json, _write_npz, recording_bytes, shard_name))
+                             (_new_manifest, _shard_arrays, _write_json, _write_npz, recording_bytes, shard_name),
+                             str(answers_dir))
 
 
-def _write_shards(model, records, out: Path, settings, eos, progress, io_helpers) -> dict:
-    import json
+def _write_shards(model, records, out: Path, settings, eos, progress, io_helpers, answers: str) -> dict:
     from types import SimpleNamespace
+    from specloop.realmodels.recording import redone_note, resume_manifest
     new_manifest, shard_arrays, write_json, write_npz, recording_bytes, shard_name = io_helpers
     path = out / "manifest.json"
-    manifest = json.loads(path.read_text()) if path.is_file() else new_manifest(settings, model, eos)
-    done = {s["file"] for s in manifest["shards"] if (out / s["file"]).is_file()}
-    manifest["shards"] = [s for s in manifest["shards"] if s["file"] in done]
+    manifest, redo = resume_manifest(out, lambda: {**new_manifest(settings, model, eos), "answers": answers})
+    done = {s["file"] for s in manifest["shards"]}
     store = {"float16": torch.float16, "float32": torch.float32}[settings.feature_dtype]
     total, size = len(records), settings.shard_size
     for number, first in enumerate(range(0, total, size)):
@@ -158,10 +158,10 @@ def _write_shards(model, records, out: Path, settings, eos, progress, io_helpers
         items = [SimpleNamespace(ids=r["prompt"].tolist(), index=first + j, dataset=r["dataset"],
                                  prompt_id=r["prompt_id"]) for j, r in enumerate(chunk)]
         arrays = shard_arrays(items, results, settings.layers, np.dtype(settings.feature_dtype))
-        nbytes = write_npz(out / shard_name(number), arrays)
+        written = write_npz(out / shard_name(number), arrays)
         manifest["shards"].append({"file": shard_name(number), "first_index": first, "prompts": len(chunk),
                                    "positions": int(arrays["tokens"].size),
-                                   "new_tokens": int(arrays["new_tokens"].sum()), "bytes": nbytes,
+                                   "new_tokens": int(arrays["new_tokens"].sum()), **written,
                                    "seconds": time.perf_counter() - t0})
         manifest["shards"].sort(key=lambda s: s["first_index"])
         manifest["total_bytes"] = recording_bytes(out)
@@ -171,4 +171,4 @@ def _write_shards(model, records, out: Path, settings, eos, progress, io_helpers
     manifest["complete"] = True
     manifest["total_bytes"] = recording_bytes(out)
     write_json(path, manifest)
-    return manifest
+    return {**manifest, "redone": redone_note(redo, manifest)} if redo else manifest

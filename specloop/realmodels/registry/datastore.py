@@ -17,7 +17,7 @@ import numpy as np
 
 from specloop.realmodels.drafters.datastore import DatastoreDrafter, NGramIndex
 
-__all__ = ["datastore_root", "load_or_build_index", "make_datastore_drafter"]
+__all__ = ["datastore_root", "load_or_build_index", "make_datastore_drafter", "BUILD_COMMAND"]
 
 
 def datastore_root(target: str) -> Path:
@@ -57,8 +57,11 @@ def _warmup_stream(loaded, target: str, total_tokens: int, include_chat: bool) -
     return np.concatenate(parts), meta
 
 
+BUILD_COMMAND = "specloop draft datastore --target {target}"
+
+
 def load_or_build_index(loaded, target: str, *, total_tokens: int = 1_200_000, include_chat: bool = True,
-                        root: str | Path | None = None) -> NGramIndex:
+                        root: str | Path | None = None, build_if_missing: bool = True) -> NGramIndex:
     """The datastore index of ``target``'s warm-up corpus, built once and cached.
 
     The cache is keyed by the corpus fingerprint (and the chat responses' digest),
@@ -73,9 +76,12 @@ def load_or_build_index(loaded, target: str, *, total_tokens: int = 1_200_000, i
         total_tokens: the corpus' training-token budget (as the feature pipeline).
         include_chat: also index the target's cached chat responses, if present.
         root: cache folder (default `datastore_root`).
+        build_if_missing: build a missing index (False: raise instead; nothing is
+            built, e.g. inside transformers' ``generate``).
 
     Raises:
-        ValueError: an empty corpus.
+        ValueError: an empty corpus. FileNotFoundError: no cached index and
+            ``build_if_missing`` is False (the message names the command that builds it).
     """
     folder = Path(root) if root is not None else datastore_root(target)
     from specloop.realmodels.training.features import features_root
@@ -94,6 +100,12 @@ def load_or_build_index(loaded, target: str, *, total_tokens: int = 1_200_000, i
             return index
         except (FileNotFoundError, ValueError):
             pass
+    if not build_if_missing:
+        raise FileNotFoundError(f"no n-gram datastore index for target {target!r} in {folder}; build it with: "
+                                + BUILD_COMMAND.format(target=target))
+    if getattr(loaded, "tokenizer", None) is None:
+        raise ValueError(f"building the datastore index of {target!r} needs the target's tokenizer; build it with: "
+                         + BUILD_COMMAND.format(target=target))
     t0 = time.perf_counter()
     stream, meta = _warmup_stream(loaded, target, total_tokens, include_chat)
     key = meta["corpus_fingerprint"] + ("-" + meta["chat_digest"] if "chat_digest" in meta else "")
@@ -108,7 +120,8 @@ def make_datastore_drafter(target, **options) -> DatastoreDrafter:
     Options (others ignored): ``index`` (an `NGramIndex`, or None / "none" for
     prompt lookup only), ``index_dir`` (a folder written by `NGramIndex.save`),
     ``max_ngram``, ``min_ngram``, ``context_max_ngram``, ``max_matches``,
-    ``default_nodes``.
+    ``default_nodes``, ``build_if_missing`` (default True: a missing cached index is
+    built; False: `load_or_build_index` raises FileNotFoundError instead).
     """
     keys = ("max_ngram", "min_ngram", "context_max_ngram", "context_min_ngram", "max_matches", "default_nodes")
     kwargs = {k: v for k, v in options.items() if k in keys and v is not None}
@@ -119,5 +132,5 @@ def make_datastore_drafter(target, **options) -> DatastoreDrafter:
         index = NGramIndex.load(options["index_dir"])
     else:
         name = getattr(target, "name", None) or "target"
-        index = load_or_build_index(target, name)
+        index = load_or_build_index(target, name, build_if_missing=bool(options.get("build_if_missing", True)))
     return DatastoreDrafter(index, **kwargs)

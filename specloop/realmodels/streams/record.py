@@ -27,7 +27,6 @@ records where a recording diverged.
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -37,7 +36,8 @@ import torch
 from specloop._folder_lock import folder_lock
 from specloop.realmodels.recording import (FORMAT_NAME, FORMAT_VERSION, RecordSettings, _shard_arrays, _write_json,
                                            _write_npz, check_settings, first_difference, layer_name, open_recording,
-                                           prompts_fingerprint, recording_bytes, shard_name)
+                                           prompts_fingerprint, recording_bytes, redone_note, resume_manifest,
+                                           shard_name)
 
 __all__ = ["PREFILL_CHUNK", "generate_batch", "record_stream", "check_batched"]
 
@@ -232,7 +232,8 @@ def record_stream(target, items, out_dir, settings: RecordSettings, *, check_pro
         progress: optional callable(prompts_done, prompts_total) after each batch.
 
     Returns:
-        the manifest (dict), as written.
+        the manifest (dict), as written; plus ``redone`` (`recording.redone_note`) when
+        listed shards were missing or damaged (size / sha256) and were recorded again.
 
     Raises:
         ValueError: item count or prompt fingerprint differ from ``settings``; the
@@ -271,9 +272,8 @@ def _record_shards(target, model, items, out: Path, settings: RecordSettings, eo
                    progress) -> dict:
     """`record_stream`'s loop over the missing shards, then the batch-1 check."""
     path = out / "manifest.json"
-    manifest = json.loads(path.read_text()) if path.is_file() else _new_manifest(settings, model, eos)
-    done = {s["file"]: s for s in manifest["shards"] if (out / s["file"]).is_file()}
-    manifest["shards"] = [s for s in manifest["shards"] if s["file"] in done]
+    manifest, redo = resume_manifest(out, lambda: _new_manifest(settings, model, eos))
+    done = {s["file"] for s in manifest["shards"]}
     size, total = settings.shard_size, len(items)
     prompts_done = sum(s["prompts"] for s in manifest["shards"])
     if progress is not None:
@@ -290,10 +290,10 @@ def _record_shards(target, model, items, out: Path, settings: RecordSettings, eo
             if progress is not None:
                 progress(prompts_done, total)
         arrays = _shard_arrays(shard_items, results, settings.layers, np.dtype(settings.feature_dtype))
-        nbytes = _write_npz(out / shard_name(number), arrays)
+        written = _write_npz(out / shard_name(number), arrays)
         manifest["shards"].append({"file": shard_name(number), "first_index": first, "prompts": len(shard_items),
                                    "positions": int(arrays["tokens"].size),
-                                   "new_tokens": int(arrays["new_tokens"].sum()), "bytes": nbytes,
+                                   "new_tokens": int(arrays["new_tokens"].sum()), **written,
                                    "seconds": time.perf_counter() - t0})
         manifest["shards"].sort(key=lambda s: s["first_index"])
         manifest["total_bytes"] = recording_bytes(out)
@@ -305,7 +305,7 @@ def _record_shards(target, model, items, out: Path, settings: RecordSettings, eo
     _write_json(path, manifest)
     manifest["total_bytes"] = recording_bytes(out)
     _write_json(path, manifest)
-    return manifest
+    return {**manifest, "redone": redone_note(redo, manifest)} if redo else manifest
 
 
 def _sample_indices(total: int, count: int) -> list[int]:
