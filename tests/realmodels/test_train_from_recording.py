@@ -167,6 +167,9 @@ def test_cli_refusals_exit_2(recording, tmp_path, capsys):
     assert main(base + ["--from-recording", str(recording)]) == 2               # recorded by 'tiny'
     assert "recorded with target 'tiny', not 'smollm2-135m'" in capsys.readouterr().err
     assert main(base + ["--from-recording", str(tmp_path / "none")]) == 2
+    assert "--from-recording" in (err := capsys.readouterr().err) and "no such folder" in err
+    (tmp_path / "empty").mkdir()
+    assert main(base + ["--from-recording", str(tmp_path / "empty")]) == 2
     assert "manifest.json missing" in capsys.readouterr().err
     assert main(base + ["--soft-targets"]) == 2
     assert main(base + ["--from-recording", str(recording), "--tokens", "5000"]) == 2

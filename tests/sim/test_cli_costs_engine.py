@@ -71,7 +71,7 @@ def test_simulate_table_cost_and_scenarios(capsys):
     (["simulate", "chain", "--vocab", "1"], "vocab_size"),
     (["simulate", "tree", "--vocab", "50"], "exactly one of --tree"),
     (["simulate", "tree", "--top-k", "2"], "--depth"),
-    (["simulate", "chain", "--cost", "table", "--cost-table", "/nonexistent.json"], "not found"),
+    (["simulate", "chain", "--cost", "table", "--cost-table", "/nonexistent.json"], "--cost-table /nonexistent.json: no such file"),
 ])
 def test_simulate_bad_input_exits_2(capsys, argv, message):
     code, out = _run(capsys, *argv, "--rounds", "10")
