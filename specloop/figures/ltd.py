@@ -156,7 +156,7 @@ def target_gain_claim(env: str, where: str, estimate, evidence: str) -> dict:
         f"ltd_beats_best_static_{env}",
         f"LTD: learned depth + size policies >= {LTD_TARGET_GAIN:.2f}x the tokens/s of the best "
         f"grid-searched static tree ({where})", estimate, null=1.0, claimed_size=LTD_TARGET_GAIN,
-        evidence=evidence, why_missing=f"{_NO_PAIRS}; {evidence}")
+        evidence=evidence, why_missing=f"{_NO_PAIRS}; {evidence}", wall_clock=env == "real")
 
 
 def cotraining_claim(env: str, estimate, evidence: str) -> dict:
@@ -167,7 +167,8 @@ def cotraining_claim(env: str, estimate, evidence: str) -> dict:
     return measured_claim(
         f"ltd_cotraining_helps_{env}",
         f"LTD: alternating co-training beats the independently trained pair ({where})", estimate,
-        null=1.0, evidence=f"{evidence} ({where})", why_missing=f"{_NO_PAIRS}; {evidence} ({where})")
+        null=1.0, evidence=f"{evidence} ({where})", why_missing=f"{_NO_PAIRS}; {evidence} ({where})",
+        wall_clock=env == "real")
 
 
 def _discrete_bars(ax, values: dict[str, list[int]]) -> None:

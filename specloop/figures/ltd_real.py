@@ -161,7 +161,8 @@ def _claims(table: list[dict], real: dict | None = None) -> list[dict]:
             "LTD transfer: the sim-trained policy fine-tuned on real rounds beats it unchanged on the real decoder",
             paired_speed_ratio(raw.get(tuned["policy"], {}), raw.get(sim["policy"]), "fine-tuned / sim-only"),
             null=1.0, evidence=evidence,
-            why_missing=f"undecided: the real eval rows carry no per-prompt times to pair; {evidence}"))
+            why_missing=f"undecided: the real eval rows carry no per-prompt times to pair; {evidence}",
+            wall_clock=True))
     return claims
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from specloop.figures import FigureUnavailable, run_figure
 from specloop.figures._base import scale, to_jsonable, write_json
+from specloop.report.machine import LoadMonitor
 
 __all__ = ["Part", "PartResult", "PARTS", "run_part", "part_names", "DONE_MARKER"]
 
@@ -39,6 +40,8 @@ class PartResult:
         reused: True when read back from an earlier run's done-marker.
         figure: the `FigureResult.to_dict()` of a figure part (None otherwise).
         data: extra JSON data of a non-figure part (e.g. the theory check rows).
+        load: the 1-minute load averages over the computation
+            (`specloop.report.machine.LoadMonitor.summary`; {} for a skipped part).
     """
 
     name: str
@@ -48,6 +51,7 @@ class PartResult:
     reused: bool = False
     figure: dict | None = None
     data: dict = field(default_factory=dict)
+    load: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return to_jsonable(self.__dict__)
@@ -55,7 +59,7 @@ class PartResult:
     @classmethod
     def from_dict(cls, data: dict) -> "PartResult":
         return cls(**{k: data[k] for k in ("name", "status", "reason", "seconds", "reused",
-                                            "figure", "data") if k in data})
+                                            "figure", "data", "load") if k in data})
 
 
 @dataclass(frozen=True)
@@ -164,15 +168,17 @@ def run_part(part: Part, out_dir: str | os.PathLike, quick: bool = False,
         marker.unlink()
     part_dir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    try:
-        figure, data = part.run(part_dir, quick)
-        result = PartResult(part.name, "ok", figure=figure, data=data)
-    except FigureUnavailable as exc:
-        result = PartResult(part.name, "unavailable", str(exc))
-    except Exception as exc:  # a real error in the part: keep the traceback for the report
-        result = PartResult(part.name, "error", f"{type(exc).__name__}: {exc}",
-                            data={"traceback": traceback.format_exc()})
+    with LoadMonitor() as load:
+        try:
+            figure, data = part.run(part_dir, quick)
+            result = PartResult(part.name, "ok", figure=figure, data=data)
+        except FigureUnavailable as exc:
+            result = PartResult(part.name, "unavailable", str(exc))
+        except Exception as exc:  # a real error in the part: keep the traceback for the report
+            result = PartResult(part.name, "error", f"{type(exc).__name__}: {exc}",
+                                data={"traceback": traceback.format_exc()})
     result.seconds = round(time.perf_counter() - start, 2)
+    result.load = load.summary
     write_json(part_dir / RESULT_FILE, result.to_dict())
     if result.status == "ok":
         write_json(marker, {"config": _config(quick), "seconds": result.seconds,

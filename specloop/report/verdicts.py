@@ -23,25 +23,27 @@ __all__ = ["HOLDS", "DOES_NOT_HOLD", "UNDECIDED", "VERDICTS", "CONFIDENCE", "Est
 
 def measured_claim(claim: str, statement: str, estimate: Estimate | None, *, null: float,
                    direction: str = "greater", claimed_size: float | None = None, evidence: str = "",
-                   why_missing: str = "") -> dict:
+                   why_missing: str = "", wall_clock: bool = False) -> dict:
     """A figure's claim dict for a measured comparison: ``claim``, ``statement``,
     ``verdict`` (one of `VERDICTS`), ``holds`` (True / False / None for the same),
     ``effect``, ``interval`` ([lo, hi]), ``n``, ``threshold``, ``direction``,
     ``statistic``, ``measured`` (True) and ``evidence``. ``estimate`` None (the data
     has no paired samples): undecided, with ``why_missing`` as the evidence. ``null``:
-    the no-effect value (1.0 for a ratio, 0.0 for a difference); see `decide`."""
+    the no-effect value (1.0 for a ratio, 0.0 for a difference); see `decide`.
+    ``wall_clock``: the comparison is of measured times (kept as ``wall_clock``; the
+    report marks such a verdict when its part ran under load)."""
     threshold = float(null if claimed_size is None else claimed_size)
     if estimate is None:
         return {"claim": claim, "statement": statement, "verdict": UNDECIDED, "holds": None,
                 "effect": None, "interval": [None, None], "n": 0, "threshold": threshold,
                 "direction": direction, "statistic": "no paired samples", "measured": True,
-                "evidence": why_missing or evidence}
+                "wall_clock": bool(wall_clock), "evidence": why_missing or evidence}
     verdict = decide(estimate.effect, estimate.interval, estimate.n, direction, claimed_size, null)
     return {"claim": claim, "statement": statement, "verdict": verdict, "holds": _holds(verdict),
             "effect": estimate.effect, "interval": [estimate.interval[0], estimate.interval[1]],
             "n": estimate.n, "threshold": threshold, "direction": direction,
             "statistic": f"{estimate.statistic}; {100 * estimate.confidence:g} % interval",
-            "measured": True, "evidence": evidence}
+            "measured": True, "wall_clock": bool(wall_clock), "evidence": evidence}
 
 
 def all_of(claim: str, statement: str, parts: Sequence[tuple[str, dict]], evidence: str = "") -> dict:
@@ -60,6 +62,7 @@ def all_of(claim: str, statement: str, parts: Sequence[tuple[str, dict]], eviden
     label, part = min(parts, key=lambda lp: (lp[1]["verdict"] != DOES_NOT_HOLD, _margin(lp[1])))
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if v in verdicts)
     return {**part, "claim": claim, "statement": statement, "verdict": verdict, "holds": _holds(verdict),
+            "wall_clock": any(p.get("wall_clock", False) for _, p in parts),
             "statistic": f"{part['statistic']}; shown: {label} (the deciding comparison of {len(parts)})",
             "evidence": f"{counts}" + (f"; {evidence}" if evidence else "")}
 

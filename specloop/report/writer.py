@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from specloop.figures._base import fmt
+from specloop.report.machine import UNDER_LOAD_FACTOR
 from specloop.report.parts import PartResult
 from specloop.report.verdicts import DOES_NOT_HOLD, HOLDS, UNDECIDED, verdict_of
 
@@ -55,11 +56,18 @@ def collect_claims(results: Iterable[PartResult]) -> list[dict]:
                          "claim": claim.get("claim"), "statement": claim.get("statement", ""),
                          "verdict": _verdict(claim), **_statistics(claim, exact=True),
                          "evidence": _theory_evidence(claim)})
+        under_load = bool(res.load.get("under_load"))
         for claim in (res.figure or {}).get("claims", []):
+            marked = under_load and bool(claim.get("wall_clock"))
+            evidence = claim.get("evidence", "")
+            if marked:
+                evidence = (f"measured under load: mean 1-minute load {res.load['mean']:.1f} "
+                            f"(max {res.load['max']:.1f}) on {res.load.get('cores')} cores"
+                            + (f"; {evidence}" if evidence else ""))
             rows.append({"source": res.name, "claim": claim.get("claim"),
                          "statement": claim.get("statement", ""),
-                         "verdict": _verdict(claim), **_statistics(claim),
-                         "evidence": claim.get("evidence", "")})
+                         "verdict": _verdict(claim) + (" (under load)" if marked else ""),
+                         **_statistics(claim), "evidence": evidence, "under_load": marked})
     return rows
 
 
@@ -93,18 +101,28 @@ _VERDICT_RULE = [
     "it *holds* only when the whole interval lies on the claimed side of the claimed size (or of "
     "no effect: 1 for a ratio, 0 for a difference), *does not hold* when the whole interval lies on "
     "the other side, and is *undecided* otherwise (`specloop.report.verdicts`). Exact verdicts "
-    "(counterexample searches, closed forms, bound checks on computed numbers) have no interval.", ""]
+    "(counterexample searches, closed forms, bound checks on computed numbers) have no interval. "
+    "A verdict on measured times from a part whose mean 1-minute load exceeded "
+    f"{UNDER_LOAD_FACTOR:g} x the cores is marked *(under load)*: another job shared the cores.", ""]
 
 
 def summary_line(claims: Sequence[Mapping[str, Any]]) -> str:
     """"H hold, D do not hold, U undecided." over `collect_claims` rows (measured
     ones counted separately in brackets)."""
     def count(rows, verdict):
-        return sum(r["verdict"].strip("*") == verdict for r in rows)
+        return sum(r["verdict"].removesuffix(" (under load)").strip("*") == verdict for r in rows)
     measured = [c for c in claims if c.get("n") is not None]
-    return (f"{count(claims, HOLDS)} hold, {count(claims, DOES_NOT_HOLD)} do not hold, "
+    loaded = [c for c in claims if c.get("under_load")]
+    line = (f"{count(claims, HOLDS)} hold, {count(claims, DOES_NOT_HOLD)} do not hold, "
             f"{count(claims, UNDECIDED)} undecided (measured comparisons: {count(measured, HOLDS)} / "
             f"{count(measured, DOES_NOT_HOLD)} / {count(measured, UNDECIDED)} of {len(measured)}).")
+    if loaded:
+        line += (f" {len(loaded)} wall-clock verdict{'s' if len(loaded) > 1 else ''} "
+                 f"({count(loaded, HOLDS)} / {count(loaded, DOES_NOT_HOLD)} / {count(loaded, UNDECIDED)}) "
+                 f"{'were' if len(loaded) > 1 else 'was'} measured under load (mean 1-minute load above "
+                 f"{UNDER_LOAD_FACTOR:g} x the cores) and {'are' if len(loaded) > 1 else 'is'} marked "
+                 "*under load*: rerun on a quiet machine before relying on them.")
+    return line
 
 
 def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], machine: Mapping,
@@ -117,7 +135,7 @@ def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], mach
               f"(parts reused from an earlier run count their original time below).", ""]
     lines += ["## Parts", "", markdown_table(
         [{"part": r.name, "status": r.status, "seconds": r.seconds, "reused": r.reused,
-          "reason": r.reason} for r in results]), ""]
+          "load (1-min mean / max)": _load_cell(r.load), "reason": r.reason} for r in results]), ""]
     claims = collect_claims(results)
     lines += ["## Verdicts on the papers' stated results", "",
               "Each verdict is computed from this run's numbers (never from the papers' text).", ""]
@@ -129,14 +147,22 @@ def write_report(out_dir: str | os.PathLike, results: Sequence[PartResult], mach
     for res in results:
         lines += _part_section(res, out)
     lines += ["## Machine and versions", "",
-              "Timings depend on the load of the machine (load averages below, taken at the "
-              "end of the run).", ""]
+              "Timings depend on the load of the machine: each part's 1-minute load averages are "
+              "in the Parts table; the averages below were taken at the end of the run.", ""]
     lines += [f"- {k}: {v}" for k, v in machine.items() if k != "versions"]
     lines += [f"- {k} {v}" for k, v in machine.get("versions", {}).items()]
     lines.append("")
     path = out / "report.md"
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def _load_cell(load: Mapping[str, Any]) -> str:
+    """The Parts table's load cell: mean / max 1-minute load over the part, marked
+    when the part ran under load (`specloop.report.machine.LoadMonitor`)."""
+    if not load or load.get("mean") is None:
+        return "—"
+    return f"{load['mean']:.1f} / {load['max']:.1f}" + (" **under load**" if load.get("under_load") else "")
 
 
 def _part_section(res: PartResult, out: Path) -> list[str]:

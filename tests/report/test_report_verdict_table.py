@@ -148,3 +148,64 @@ def test_constructed_samples_get_the_rule_verdicts(tmp_path, claim, verdict):
     path = write_report(tmp_path, _results(), {}, {}, 1.0)
     _, rows = _verdict_table(path.read_text(encoding="utf-8"))
     assert {r["claim"]: r["verdict"] for r in rows}[claim] == verdict
+
+
+WALL_CLOCK = {"tree_ngram_vs_hf_prompt_lookup_float32", "tree_ngram_vs_hf_prompt_lookup_bfloat16",
+              "ltd_beats_best_static_real", "ltd_cotraining_helps_real", "ltd_fine_tuning_helps_transfer"}
+
+
+def _loaded(results: list[PartResult], names: set[str], mean: float) -> list[PartResult]:
+    from specloop.report.machine import load_summary
+    for res in results:
+        res.load = load_summary([mean, mean + 0.4], mean, mean + 0.4, 2) if res.name in names else {}
+    return results
+
+
+def test_wall_clock_verdicts_of_a_part_under_load_are_marked_and_counted(tmp_path):
+    results = _loaded(_results(), {"speedup_table", "ltd_real", "ltd", "regret"}, mean=3.0)
+    path = write_report(tmp_path, results, {}, {}, 1.0)
+    text = path.read_text(encoding="utf-8")
+    summary, rows = _verdict_table(text)
+    by_claim = {r["claim"]: r for r in rows}
+    for name, row in by_claim.items():
+        marked = row["verdict"].endswith("(under load)")
+        assert marked == (name in WALL_CLOCK), row            # sim / tau / regret claims are not timings
+        assert ("measured under load: mean 1-minute load 3.2" in row["evidence"]) == marked
+    # the marked verdicts keep the rule's outcome (only the mark is added)
+    assert by_claim["tree_ngram_vs_hf_prompt_lookup_float32"]["verdict"] == "holds (under load)"
+    assert by_claim["tree_ngram_vs_hf_prompt_lookup_bfloat16"]["verdict"] == "**does not hold** (under load)"
+    assert "5 wall-clock verdicts (3 / 1 / 1) were measured under load" in summary
+    assert "3.2 / 3.4 **under load**" in text                   # the Parts table's load cell
+
+
+def test_a_quiet_part_marks_nothing(tmp_path):
+    results = _loaded(_results(), {"speedup_table", "ltd_real"}, mean=1.9)   # its own two threads
+    summary, rows = _verdict_table(write_report(tmp_path, results, {}, {}, 1.0).read_text(encoding="utf-8"))
+    assert not any("under load" in r["verdict"] for r in rows) and "under load" not in summary
+
+
+def test_load_monitor_samples_the_part_and_applies_the_rule(monkeypatch):
+    import time
+    from specloop.report import machine
+    loads = iter([1.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0])
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    monkeypatch.setattr(machine, "cores", lambda: 2)
+    with machine.LoadMonitor(interval_s=0.05) as monitor:
+        time.sleep(0.12)
+    summary = monitor.summary
+    assert summary["start"] == 1.0 and summary["samples"] >= 3 and summary["max"] == summary["end"]
+    assert summary["under_load"] is (summary["mean"] > machine.UNDER_LOAD_FACTOR * 2)
+    assert machine.load_summary([2.4, 2.6], 2.4, 2.6, 2)["under_load"] is False      # 2.5 = 1.25 x 2
+    assert machine.load_summary([2.6, 2.6], 2.6, 2.6, 2)["under_load"] is True
+    assert machine.load_summary([], None, None, 2) == {"start": None, "end": None, "mean": None, "max": None,
+                                                       "samples": 0, "cores": 2, "under_load": False}
+    with pytest.raises(ValueError, match="interval_s"):
+        machine.LoadMonitor(interval_s=0)
+
+
+def test_run_part_stores_the_load_of_its_computation(tmp_path):
+    from specloop.report.parts import Part, load_done, run_part
+    part = Part("probe", "probe", lambda part_dir, quick: (None, {"x": 1}))
+    result = run_part(part, tmp_path)
+    assert result.status == "ok" and result.load["samples"] >= 1 and "under_load" in result.load
+    assert load_done(tmp_path / "probe", False).load == result.load          # kept in result.json
