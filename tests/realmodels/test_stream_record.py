@@ -152,7 +152,10 @@ def test_killed_recording_resumes_to_identical_files(model, tmp_path):
         record_stream(model, items, part, settings, check_prompts=0, progress=kill_mid_second_shard)
     assert sorted(p.name for p in part.glob("shard-*.npz")) == ["shard-0000.npz"]
     (part / "shard-0001.npz.tmp").write_bytes(b"half a shard")          # a write cut short
-    record_stream(model, items, part, settings, check_prompts=0)
+    calls = []
+    record_stream(model, items, part, settings, check_prompts=0, progress=lambda *a: calls.append(a))
+    assert calls[0] == (4, 10) and calls[-1] == (10, 10)      # a resumed bar starts at the recorded prompts
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
     names = sorted(p.name for p in whole.glob("shard-*.npz"))
     assert names == ["shard-0000.npz", "shard-0001.npz", "shard-0002.npz"]
     for name in names:
