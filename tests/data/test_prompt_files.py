@@ -148,3 +148,16 @@ def test_reason_takes_a_prompt_file_in_place_of_a_task(tmp_path):
     assert [(it.task, it.id, it.text) for it in own] == [("alg", "q0", ROWS[0]["prompt"]), ("alg", "q4", ROWS[4]["prompt"])]
     with pytest.raises(ValueError, match="--tasks must list"):
         reason_stream("arith,nonsense", 2)
+
+
+def test_a_dataset_folder_opens_through_datasets_with_its_split_chosen(tmp_path):
+    """The path the local Hugging Face cache takes (`datasets.load_dataset` by name, hub
+    offline), on a local dataset folder: its ``train`` split, or the one named."""
+    folder = tmp_path / "ds"
+    folder.mkdir()
+    _jsonl(folder / "train.jsonl", ROWS[:4])
+    _jsonl(folder / "test.jsonl", ROWS[4:])
+    assert [p.id for p in load_prompts(str(folder), "all")] == ["q0", "q1", "q2", "q3"]
+    assert [p.id for p in load_prompts(f"{folder}:test", "all")] == ["q4", "q5", "q6", "q7"]
+    with pytest.raises(ValueError, match="not a registered dataset, a prompt file"):
+        load_prompts("nobody-here/no-such-dataset", "all")          # not cached: refused, nothing fetched
