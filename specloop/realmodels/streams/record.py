@@ -14,6 +14,14 @@ write_shards`: one right-padded causal forward over prompt + continuation per
 followed by ``specloop stream record --from-answers`` run the same code and write the
 same shards (same settings, same tokens).
 
+Cost. The features come from a second pass over every position (the former recorder
+read them off the decode forwards), so a direct recording costs the generation plus
+one prefill: on SmolLM2-135M, float32, one thread, 16 ShareGPT prompts (1,494 prompt
+tokens), 128 new tokens, batch 8, it recorded 32.9 new tokens/s against the former
+recorder's 48.5 (0.68x; 0.60x at 32 new tokens), the same 16 continuations
+(`benchmarks/target_side_speed.py`, figures (a) and (e)). Where the answers exist
+already, ``--from-answers`` pays the prefill alone.
+
 Exactness. In float32 the recorded continuations equal batch-1 greedy decoding
 (`generate_greedy`'s contract; tested here with ragged prompts, EOS mid-batch, RoPE and
 absolute-position models). In bfloat16 a row's logits depend on the shapes it was
