@@ -3,9 +3,11 @@
 For each dtype: the same prompts (held-out stream over ``--datasets``, chat-templated,
 last ``--max-prompt-tokens`` tokens) are
 
-* recorded by `specloop.realmodels.streams.record.generate_batch` in batches of
-  ``--batch-size`` (prefill, greedy steps, every position's hidden states of the heads'
-  layers and top-m p_target: everything a shard holds), and
+* recorded by `specloop.realmodels.streams.record.record_stream` (what `specloop stream
+  record` runs: the answer-set generator with ``--batch-size`` slots, then every
+  position's hidden states of the heads' layers and top-m p_target by teacher-forced
+  prefill, ``--batch-size`` rows per forward; one shard, no batch-1 check: everything a
+  shard holds), into a temporary folder, and
 * decoded one at a time by `SpeculativeDecoder` with no draft and k = 0 (the plain
   greedy baseline of `specloop stream`).
 
@@ -24,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,20 +42,25 @@ def _measure(dtype: str, args) -> dict:
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.policy import FixedDraftPolicy
     from specloop.realmodels.drafters.base import NoDraft
-    from specloop.realmodels.recording import first_difference, head_feature_layers
-    from specloop.realmodels.streams.record import generate_batch
+    from specloop.realmodels.answers.generator import generate_greedy
+    from specloop.realmodels.recording import RecordSettings, first_difference, head_feature_layers, open_recording
+    from specloop.realmodels.streams.record import record_stream
     target = load_model(args.target, dtype=dtype)
     items = build_stream(args.datasets, args.prompts, target.tokenizer, max_prompt_tokens=args.max_prompt_tokens)
     prompts = [list(it.ids) for it in items]
     eos = eos_ids_of(target.model, target.tokenizer)
     layers = head_feature_layers(target.model.config)
-    generate_batch(target.model, [prompts[0][:8]], 2, eos, layers, args.top_m)       # warm-up
-    t0 = time.perf_counter()
-    batched = []
-    for b in range(0, len(prompts), args.batch_size):
-        batched += generate_batch(target.model, prompts[b:b + args.batch_size], args.max_new_tokens, eos, layers,
-                                  args.top_m)
-    batched_s = time.perf_counter() - t0
+    generate_greedy(target.model, [prompts[0][:8]], 2, eos, batch_size=1)              # warm-up
+    settings = RecordSettings(target=args.target, dtype=dtype, datasets=tuple(args.datasets.split(",")),
+                              split="heldout", order="shift", prompts=len(items), max_new_tokens=args.max_new_tokens,
+                              max_prompt_tokens=args.max_prompt_tokens, chat_template=True, top_m=args.top_m,
+                              layers=layers, batch_size=args.batch_size, shard_size=len(items))
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        record_stream(target, items, Path(tmp) / "rec", settings, check_prompts=0)
+        batched_s = time.perf_counter() - t0
+        recording = open_recording(Path(tmp) / "rec")
+        batched = [recording.prompt(it.index) for it in items]
     decoder = SpeculativeDecoder(target, NoDraft(), policy=FixedDraftPolicy(0), eos_token_id=sorted(eos))
     t0 = time.perf_counter()
     single = [decoder.generate(torch.tensor(p), args.max_new_tokens).new_tokens for p in prompts]

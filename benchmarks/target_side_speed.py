@@ -4,9 +4,13 @@ The same prompts (the first ``--prompts`` ShareGPT warm-up first turns, chat-tem
 last ``--max-prompt-tokens`` tokens) and ``--max-new-tokens`` greedy tokens with EOS
 stopping, at each torch thread count of ``--threads``, one method after the other:
 
-(a) ``recorder``: `specloop.realmodels.streams.record.generate_batch` (what
-    `specloop stream record` runs) at its default settings (batch 8, top-m 32, the
-    heads' feature layers): prefill, greedy steps, features of every position;
+(a) ``recorder``: the stream recorder's former batched generator (``generate_batch``,
+    kept in this file as the historical baseline since `specloop stream record` now
+    generates with (d) and takes the features from the rebuild's teacher-forced
+    prefill; kept here so ``vs_recorder`` keeps its meaning: the answer-set generator
+    against the generator it replaced) at the recorder's default settings (batch 8,
+    top-m 32, the heads' feature layers): prefill, greedy steps, features of every
+    position;
 (b) ``hf_static``: transformers ``generate`` (greedy, ``cache_implementation="static"``),
     prompts left-padded in batches of each size of ``--hf-batch-sizes``; the best batch
     size counts;
@@ -14,6 +18,10 @@ stopping, at each torch thread count of ``--threads``, one method after the othe
     cache) with its default configuration;
 (d) ``answers``: `specloop.realmodels.answers.generator.generate_greedy`, continuously
     batched over a preallocated slot cache (``--batch-size`` slots);
+(e) ``stream_record``: what `specloop stream record` runs now (`record_stream` into a
+    temporary folder at its default settings: batch 8, top-m 32, the heads' feature
+    layers, float16 features, no batch-1 check): (d)'s generator with 8 slots, then
+    every position's features and top-m by teacher-forced prefill, shard written;
 
 and the prefill rate of the rebuild (`rebuild_recording` of (d)'s answers into a
 recording: every position's features and top-m by teacher-forced prefill), in
@@ -23,7 +31,9 @@ finished row until the batch ends; those steps are its cost, not new tokens).
 
 The load average (1 minute, before / after) is stored beside every figure: on a shared
 machine every rate moves with it. Ratios are of figures measured in this run:
-``ratios[threads] = {"vs_best_hf": d / max(b, c), "vs_recorder": d / a}`` and
+``ratios[threads] = {"vs_best_hf": d / max(b, c), "vs_recorder": d / a,
+"stream_record_vs_recorder": e / a}`` (e / a: `specloop stream record`'s new tokens/s,
+features included, after / before it moved to the answer-set generator) and
 ``rebuild_vs_generate`` (rebuild positions/s over (d)'s new tokens/s, at the largest
 thread count). ``agreement`` counts the prompts whose (d) answer equals (b)'s at the
 best batch size (in bfloat16 batched rounding may move a row; in float32 they agree).
@@ -44,6 +54,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
 import torch
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "target_side_speed.json"
@@ -73,14 +84,191 @@ def _figure(name: str, answers: list[list[int]], seconds: float, before: float, 
             "tokens_per_s": round(new / seconds, 2), "load_before": before, "load_after": after, **extra}
 
 
+# -- (a) the historical baseline: the stream recorder's former generator ----------------
+# Left-padded batches: each prompt's prefix prefilled alone, the batch-1 caches merged
+# into one DynamicCache, one forward per step over every unfinished row (a float 4D
+# mask hides the padding), hidden states and top-m of every position from the forward
+# that feeds its token; a finished row leaves the batch (batch_select_indices).
+PREFILL_CHUNK = 2048           # prompt positions per prefill forward (bounds the logits' memory)
+
+
+_FEATURE_DTYPES = {"float16": torch.float16, "float32": torch.float32}
+
+
+# -- batched greedy generation --------------------------------------------------------
+def _batch_mask(valid: torch.Tensor, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """Float additive mask (B, 1, n, S) for the last n of S cached positions:
+    causal over valid (non-pad) keys; a query also always sees itself."""
+    total = valid.shape[1]
+    query = torch.arange(total - n, total)[:, None]
+    key = torch.arange(total)[None, :]
+    visible = (valid[:, None, :] & (key <= query)[None]) | (key == query)[None]
+    mask = torch.zeros(visible.shape, dtype=dtype)
+    mask.masked_fill_(~visible, torch.finfo(dtype).min)
+    return mask[:, None]
+
+
+@torch.inference_mode()
+def _step(model, cache, ids: torch.Tensor, valid: torch.Tensor, layers, top_m: int,
+          store: torch.dtype = torch.float16):
+    """Feed ids (B, n) whose key validity is the last n columns of ``valid`` (B, S).
+    Returns (hidden: list of ``store`` (B, n, H), top ids int32 (B, n, m),
+    top probs ``store`` (B, n, m), argmax int64 (B, n))."""
+    from specloop.realmodels.kvcache import _cache_kwarg
+    param = next(model.parameters())
+    n = ids.shape[1]
+    positions = (valid.long().cumsum(1) - 1).clamp(min=0)[:, -n:]
+    mask = _batch_mask(valid, n, param.dtype).to(param.device)
+    out = model(input_ids=ids.to(param.device), attention_mask=mask, position_ids=positions.to(param.device),
+                use_cache=True, output_hidden_states=True, **{_cache_kwarg(model): cache})
+    logits = out.logits.float()
+    if not torch.isfinite(logits).all():
+        raise ValueError("the target produced non-finite logits")
+    top = torch.topk(torch.softmax(logits, dim=-1), top_m, dim=-1)
+    hidden = [out.hidden_states[layer].to(store).cpu() for layer in layers]
+    return hidden, top.indices.to(torch.int32).cpu(), top.values.to(store).cpu(), \
+        logits.max(-1).indices.cpu()
+
+
+def _prefill(model, prefix: list[int], layers, top_m: int, store: torch.dtype = torch.float16):
+    """Feed a prompt's prefix (all but its last token) into a fresh batch-1 cache, in one
+    forward per `PREFILL_CHUNK` positions (as `DecodeSession.prefill` does).
+    Returns (cache or None for an empty prefix, per-chunk (hidden list, top ids, top probs))."""
+    from specloop.realmodels.kvcache import new_cache
+    if not prefix:
+        return None, []
+    cache, ids, parts = new_cache(), torch.tensor([prefix], dtype=torch.long), []
+    valid = torch.ones((1, len(prefix)), dtype=torch.bool)
+    for start in range(0, len(prefix), PREFILL_CHUNK):
+        stop = min(start + PREFILL_CHUNK, len(prefix))
+        hidden, top_ids, top_probs, _ = _step(model, cache, ids[:, start:stop], valid[:, :stop], layers, top_m,
+                                              store)
+        parts.append(([h[0] for h in hidden], top_ids[0], top_probs[0]))
+    return cache, parts
+
+
+def _merge_caches(caches, lengths: list[int]):
+    """Batch-1 caches of ``lengths`` tokens (None for 0) -> one left-padded batch
+    cache (zeros at the padding, which the mask hides)."""
+    from transformers import DynamicCache
+
+    from specloop.realmodels.kvcache import new_cache
+    template = next((c for c in caches if c is not None), None)
+    if template is None:
+        return new_cache()
+    width, merged = max(lengths), []
+    for layer in range(len(template.layers)):
+        shape = template.layers[layer].keys.shape
+        keys, values = [], []
+        for cache, n in zip(caches, lengths):
+            if cache is None:
+                k = v = template.layers[layer].keys.new_zeros((1, shape[1], 0, shape[3]))
+            else:
+                k, v = cache.layers[layer].keys, cache.layers[layer].values
+            keys.append(torch.nn.functional.pad(k, (0, 0, width - n, 0)))
+            values.append(torch.nn.functional.pad(v, (0, 0, width - n, 0)))
+        merged.append((torch.cat(keys), torch.cat(values)))
+    return DynamicCache(ddp_cache_data=merged)
+
+
+def generate_batch(model, prompts: list[list[int]], max_new_tokens: int, eos_ids, layers, top_m: int,
+                   feature_dtype: str = "float16") -> list[dict]:
+    """Greedy continuations of a batch of prompts and every position's features.
+
+    As batch-1 decoding (`DecodeSession`): each prompt's prefix (all but the last
+    token) is prefilled alone (no compute on padding); the caches are merged
+    left-padded; then every step feeds each unfinished row's pending token (first the
+    prompt's last token, then each greedy token) in one forward; a row whose final
+    token has been fed leaves the batch.
+
+    Args:
+        model: a transformers causal LM (eval mode). prompts: B token-id lists, each
+            non-empty. max_new_tokens: >= 1. eos_ids: ints that end a continuation.
+        layers: ``hidden_states`` indices to keep. top_m: tokens of p_target kept.
+        feature_dtype: "float16" (default) or "float32": how features and top-m
+            probabilities are stored.
+
+    Returns:
+        per prompt a dict: ``tokens`` int32 (L + T,), ``new_tokens`` int (T),
+        ``stop_reason`` ("eos" / "length"), ``hidden`` list of float16 (L + T, H) per
+        layer, ``topm_ids`` int32 (L + T, m), ``topm_probs`` float16 (L + T, m).
+
+    Raises:
+        ValueError: empty batch or prompt, max_new_tokens < 1, non-finite logits.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("generate_batch needs a non-empty batch of non-empty prompts")
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    eos, lengths = {int(e) for e in eos_ids}, [len(p) - 1 for p in prompts]
+    store = _FEATURE_DTYPES[feature_dtype]
+    prefilled = [_prefill(model, list(p[:-1]), layers, top_m, store) for p in prompts]
+    parts = [list(chunks) for _, chunks in prefilled]
+    cache = _merge_caches([c for c, _ in prefilled], lengths)
+    width = max(lengths)
+    valid = torch.tensor([[i >= width - n for i in range(width)] for n in lengths], dtype=torch.bool)
+    valid = valid.reshape(len(prompts), width)
+    pending = [int(p[-1]) for p in prompts]
+    generated: list[list[int]] = [[] for _ in prompts]
+    finished = [False] * len(prompts)
+    active = list(range(len(prompts)))
+    while active:                    # every active row has a pending token to feed
+        step_ids = torch.tensor([[pending[r]] for r in active], dtype=torch.long)
+        valid = torch.cat([valid, torch.ones((len(active), 1), dtype=torch.bool)], dim=1)
+        hidden, top_ids, top_probs, argmax = _step(model, cache, step_ids, valid, layers, top_m, store)
+        keep = []
+        for i, r in enumerate(active):
+            parts[r].append(([h[i] for h in hidden], top_ids[i], top_probs[i]))
+            if finished[r]:
+                continue                                     # its final token is fed: leaves the batch
+            pending[r] = int(argmax[i, -1])
+            generated[r].append(pending[r])
+            finished[r] = pending[r] in eos or len(generated[r]) >= max_new_tokens
+            keep.append(i)
+        if 0 < len(keep) < len(active):
+            cache.batch_select_indices(torch.tensor(keep))
+            valid = valid[keep]
+        active = [active[i] for i in keep]
+    out = []
+    for row, prompt in enumerate(prompts):
+        chunks = parts[row]
+        out.append({
+            "tokens": np.asarray(list(prompt) + generated[row], dtype=np.int32),
+            "new_tokens": len(generated[row]),
+            "stop_reason": "eos" if generated[row][-1] in eos else "length",
+            "hidden": [torch.cat([c[0][i] for c in chunks]).numpy() for i in range(len(layers))],
+            "topm_ids": torch.cat([c[1] for c in chunks]).numpy(),
+            "topm_probs": torch.cat([c[2] for c in chunks]).numpy()})
+    return out
+
+
 def _recorder(model, prompts, max_new, eos):
     from specloop.realmodels.recording import head_feature_layers
-    from specloop.realmodels.streams.record import generate_batch
     layers, out = head_feature_layers(model.config), []
     for b in range(0, len(prompts), 8):
         out += [r["tokens"][len(p):].tolist()
                 for p, r in zip(prompts[b:b + 8], generate_batch(model, prompts[b:b + 8], max_new, eos, layers, 32))]
     return out
+
+
+def _stream_record(target, items, max_new, dtype: str) -> tuple[list[list[int]], float, float, float]:
+    """(e): `record_stream` as `specloop stream record` runs it by default: the answers
+    read back from the recording, and (seconds, load before, load after) of the
+    recording alone."""
+    from specloop.realmodels.recording import RecordSettings, head_feature_layers, open_recording
+    from specloop.realmodels.streams.record import record_stream
+    settings = RecordSettings(target="bench", dtype=dtype, datasets=("sharegpt",), split="warmup", order="shift",
+                              prompts=len(items), max_new_tokens=max_new, max_prompt_tokens=None,
+                              chat_template=True, top_m=32, layers=head_feature_layers(target.model.config),
+                              batch_size=8, shard_size=32)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, seconds, before, after = _timed(
+            lambda: record_stream(target, items, Path(tmp) / "rec", settings, check_prompts=0))
+        rec, out = open_recording(Path(tmp) / "rec"), []
+        for item in items:
+            got = rec.prompt(item.index)
+            out.append(got["tokens"][got["prompt_length"]:].tolist())
+    return out, seconds, before, after
 
 
 def _hf_static(model, prompts, max_new, eos, batch_size: int, pad_id: int):
@@ -127,8 +315,8 @@ def _one_thread_count(target, items, threads: int, args, eos) -> dict:
     pad_id = target.tokenizer.pad_token_id if target.tokenizer.pad_token_id is not None else sorted(eos)[0]
     _answers(model, prompts[:2], 4, eos, 2)                                   # warm-up (allocator, kernels)
     figures = {}
-    got, s, b, a = _timed(lambda: _recorder(model, prompts, max_new, eos))
-    figures["recorder"] = _figure("recorder", got, s, b, a, batch_size=8)
+    recorded, s, b, a = _timed(lambda: _recorder(model, prompts, max_new, eos))
+    figures["recorder"] = _figure("recorder", recorded, s, b, a, batch_size=8)
     hf = []
     for size in args.hf_batch_sizes:
         got, s, b, a = _timed(lambda: _hf_static(model, prompts, max_new, eos, size, pad_id))
@@ -140,14 +328,17 @@ def _one_thread_count(target, items, threads: int, args, eos) -> dict:
         figures["hf_continuous"] = _figure("hf_continuous", got, s, b, a)
     except Exception as err:                          # it may not run on this CPU / version: say why
         figures["hf_continuous"] = {"method": "hf_continuous", "error": f"{type(err).__name__}: {err}"[:300]}
+    got, s, b, a = _stream_record(target, items, max_new, args.dtype)
+    figures["stream_record"] = _figure("stream_record", got, s, b, a, batch_size=8,
+                                       agreement_with_recorder=sum(x == y for x, y in zip(got, recorded)))
     got, s, b, a = _timed(lambda: _answers(model, prompts, max_new, eos, args.batch_size))
     figures["answers"] = _figure("answers", got, s, b, a, batch_size=args.batch_size,
                                  agreement_with_hf_static=sum(x == y for x, y in zip(got, best_hf_tokens)))
     hf_rates = [f["tokens_per_s"] for k, f in figures.items() if k.startswith("hf_") and "tokens_per_s" in f]
-    d = figures["answers"]["tokens_per_s"]
+    d, a = figures["answers"]["tokens_per_s"], figures["recorder"]["tokens_per_s"]
     return {"threads": threads, "figures": figures,
-            "ratios": {"vs_best_hf": round(d / max(hf_rates), 3),
-                       "vs_recorder": round(d / figures["recorder"]["tokens_per_s"], 3)}}
+            "ratios": {"vs_best_hf": round(d / max(hf_rates), 3), "vs_recorder": round(d / a, 3),
+                       "stream_record_vs_recorder": round(figures["stream_record"]["tokens_per_s"] / a, 3)}}
 
 
 def run(args) -> dict:

@@ -28,7 +28,10 @@ def register(subparsers) -> None:
                          description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     gen.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
     gen.add_argument("--datasets", default="sharegpt",
-                     help="comma-separated datasets in domain order (e.g. sharegpt-code,sharegpt-writing,sharegpt-chat)")
+                     help="comma-separated datasets in domain order (e.g. sharegpt-code,sharegpt-writing,sharegpt-chat), "
+                          "or prompt files (.jsonl, .json, .csv, .parquet: rows with 'prompt' or chat 'messages', "
+                          "optional 'id', 'domain'; split like a packaged dataset) or datasets in the local Hugging "
+                          "Face cache (owner/name[:split])")
     gen.add_argument("--split", choices=["heldout", "warmup", "all"], default="warmup")
     gen.add_argument("--order", choices=["shift", "interleave"], default="shift")
     gen.add_argument("--prompts", type=int, required=True, help="prompts in the set (split over datasets)")
@@ -69,9 +72,9 @@ def run_generate(args) -> int:
     from pathlib import Path
 
     import torch
-    from tqdm.auto import tqdm
 
-    from specloop.data.streams import build_stream
+    from specloop.cli._progress import ResumedBar
+    from specloop.data.streams import build_stream, stream_prompts
     from specloop.realmodels.answers.run import check_resumable, generate_answer_set
     from specloop.realmodels.loading import load_model
     try:
@@ -80,15 +83,16 @@ def run_generate(args) -> int:
         out = Path(args.out)
         settings = _settings(args, torch.get_num_threads())
         manifest = check_resumable(out, settings) if out.is_dir() else None    # before the model loads
+        stream_prompts(settings.datasets, args.prompts, args.order, args.split)  # a bad prompt file: before it too
         target = load_model(args.target, dtype=args.dtype, device=args.device)
         items = build_stream(settings.datasets, args.prompts, target.tokenizer, order=args.order,
                              chat_template=not args.raw, max_prompt_tokens=args.max_prompt_tokens, split=args.split)
         before = 0 if manifest is None else sum(p["answer_positions"] for p in manifest["pieces"])
-        bar = tqdm(total=args.prompts, desc="answers", unit="prompt", disable=args.json, file=sys.stderr)
+        bar = ResumedBar("answers", args.json)
         t0 = time.perf_counter()
         try:
             manifest = generate_answer_set(target, items, out, settings, budget_minutes=args.budget_minutes,
-                                           progress=lambda done, total: bar.update(done - bar.n))
+                                           progress=bar.progress)
         finally:
             bar.close()
     except (ValueError, FileNotFoundError) as err:

@@ -30,7 +30,10 @@ def register(subparsers) -> None:
     parser.add_argument("--target", default="qwen2.5-coder-1.5b", help="target model (registry name, HF id, path)")
     parser.add_argument("--draft", default="smollm2-135m", help="draft model (its own tokenizer is fine)")
     parser.add_argument("--method", default="target,draft,lr,osd-lr,online-lr", help="comma-separated methods")
-    parser.add_argument("--tasks", default="arith,humaneval", help="comma-separated: arith, humaneval, mt-bench")
+    parser.add_argument("--tasks", default="arith,humaneval",
+                        help="comma-separated: arith, humaneval, mt-bench, or a prompt file (.jsonl, .json, .csv, "
+                             ".parquet: rows with 'prompt' or chat 'messages', optional 'id', 'domain') or a dataset "
+                             "in the local Hugging Face cache (no accuracy)")
     parser.add_argument("--prompts", type=int, default=12, help="prompts in the stream (split over tasks)")
     parser.add_argument("--chunk", type=int, default=25, help="prompts per chunk (one draft update each)")
     parser.add_argument("--gamma", type=int, default=3, help="draft steps per round")
@@ -59,12 +62,14 @@ def build_stream(tasks: str, prompts: int, seed: int = 0):
     """The interleaved task stream: ``prompts`` items split evenly over the tasks.
 
     Raises:
-        ValueError: unknown task, prompts < 1.
+        ValueError: unknown task, prompts < 1, a malformed prompt file.
     """
     from specloop.realmodels.reasoning.tasks import TASKS, interleave, load_task_items
+    from specloop.data.prompt_files import is_prompt_source
     names = [t.strip() for t in tasks.split(",") if t.strip()]
-    if not names or any(t not in TASKS for t in names):
-        raise ValueError(f"--tasks must list tasks from {', '.join(TASKS)}, got {tasks!r}")
+    if not names or any(t not in TASKS and not is_prompt_source(t) for t in names):
+        raise ValueError(f"--tasks must list tasks from {', '.join(TASKS)} or prompt files / cached datasets, "
+                         f"got {tasks!r}")
     if prompts < 1:
         raise ValueError(f"--prompts must be >= 1, got {prompts}")
     counts = [prompts // len(names) + (i < prompts % len(names)) for i in range(len(names))]

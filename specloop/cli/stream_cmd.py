@@ -47,7 +47,10 @@ def register(subparsers) -> None:
                         help=f"comma-separated methods (default {DEFAULT_METHODS}); e.g. vanilla-sd, osd, "
                              "hydra, osd-hydra, opt-hydra, eagle, ens-eagle, eagle3, ens-eagle3, optens-hydra")
     parser.add_argument("--datasets", default="humaneval,mt-bench,ifbench",
-                        help="comma-separated datasets, in domain order")
+                        help="comma-separated datasets, in domain order (held-out split); a dataset may be a prompt "
+                             "file (.jsonl, .json, .csv, .parquet: rows with 'prompt' or chat 'messages', optional "
+                             "'id', 'domain'; every 4th row held out) or a dataset in the local Hugging Face cache "
+                             "(owner/name[:split])")
     parser.add_argument("--order", choices=["shift", "interleave"], default="shift",
                         help="shift: dataset after dataset (domain shift); interleave: round-robin")
     parser.add_argument("--prompts", type=int, default=None,

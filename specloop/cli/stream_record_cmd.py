@@ -1,10 +1,12 @@
 """``specloop stream record``: record the target's side of a prompt stream once: per
 prompt the chat-templated ids, the greedy continuation, and at every
 position the hidden states the draft heads read (float16) and the target's top-m
-next-token distribution. Batched greedy generation (``--batch-size`` prompts per
-forward); shards written atomically as they finish, so a killed recording resumes to
-the same files; a folder recorded with other settings is refused (exit 2). Format:
-`specloop.realmodels.recording`.
+next-token distribution. The continuations come from the answer-set generator
+(continuously batched greedy decoding, ``--batch-size`` slots; the one ``specloop
+answers generate`` runs), the features and top-m from the teacher-forced prefill of
+``--from-answers`` (``--batch-size`` rows per forward); shards written atomically as
+they finish, so a killed recording resumes to the same files; a folder recorded with
+other settings is refused (exit 2). Format: `specloop.realmodels.recording`.
 
 ``--json`` prints the manifest plus ``tokens_per_s`` (new tokens per second of this run)
 and ``total_bytes``.
@@ -24,7 +26,10 @@ def register_record(sub) -> None:
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
     parser.add_argument("--datasets", default="humaneval,mt-bench,ifbench",
-                        help="comma-separated datasets, in domain order (also: sharegpt)")
+                        help="comma-separated datasets, in domain order (also: sharegpt), or prompt files (.jsonl, "
+                             ".json, .csv, .parquet: rows with 'prompt' or chat 'messages', optional 'id', 'domain'; "
+                             "split like a packaged dataset) or datasets in the local Hugging Face cache "
+                             "(owner/name[:split])")
     parser.add_argument("--split", choices=["heldout", "warmup", "all"], default="heldout",
                         help="the datasets' split (heldout: the stream; warmup: offline initialisation)")
     parser.add_argument("--order", choices=["shift", "interleave"], default="shift")
@@ -39,7 +44,7 @@ def register_record(sub) -> None:
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts per forward")
+    parser.add_argument("--batch-size", type=int, default=8, help="prompts per forward (the generator's slots, the prefill's rows)")
     parser.add_argument("--shard-size", type=int, default=32, help="prompts per shard file")
     parser.add_argument("--top-m", type=int, default=32, help="tokens of p_target kept per position")
     parser.add_argument("--feature-dtype", choices=["float16", "float32"], default="float16",
@@ -67,9 +72,8 @@ def _flag_settings(args) -> dict:
 
 
 def _record(args) -> dict:
-    from tqdm.auto import tqdm
-
-    from specloop.data.streams import build_stream
+    from specloop.cli._progress import ResumedBar
+    from specloop.data.streams import build_stream, stream_prompts
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.recording import RecordSettings, check_settings, head_feature_layers
     from specloop.realmodels.streams.record import record_stream
@@ -80,19 +84,16 @@ def _record(args) -> dict:
     if args.check_prompts < 0:
         raise ValueError(f"--check-prompts must be >= 0, got {args.check_prompts}")
     check_settings(args.out, flags, keys=_FLAG_KEYS)          # before the model loads
+    stream_prompts(flags["datasets"], args.prompts, args.order, args.split)     # a bad prompt file: before it too
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     items = build_stream(flags["datasets"], args.prompts, target.tokenizer, order=args.order,
                          chat_template=not args.raw, max_prompt_tokens=args.max_prompt_tokens, split=args.split)
     settings = RecordSettings(layers=head_feature_layers(target.model.config), **flags)
-    bar = tqdm(total=args.prompts, desc="record", unit="prompt", disable=args.json, file=sys.stderr)
-
-    def progress(done: int, total: int) -> None:
-        bar.update(done - bar.n)
-
+    bar = ResumedBar("record", args.json)
     t0 = time.perf_counter()
     try:
         manifest = record_stream(target, items, args.out, settings, check_prompts=args.check_prompts,
-                                 progress=progress)
+                                 progress=bar.progress)
     finally:
         bar.close()
     seconds = sum(s["seconds"] for s in manifest["shards"])
@@ -101,8 +102,7 @@ def _record(args) -> dict:
 
 
 def _rebuild(args) -> dict:
-    from tqdm.auto import tqdm
-
+    from specloop.cli._progress import ResumedBar
     from specloop.realmodels.answers.answer_set import open_answer_set
     from specloop.realmodels.answers.rebuild import rebuild_recording
     from specloop.realmodels.loading import load_model
@@ -110,13 +110,12 @@ def _rebuild(args) -> dict:
         raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
     settings = open_answer_set(args.from_answers).settings
     target = load_model(settings["target"], dtype=settings["dtype"], device=args.device)
-    bar = tqdm(desc="rebuild", unit="prompt", disable=args.json, file=sys.stderr)
+    bar = ResumedBar("rebuild", args.json)
     t0 = time.perf_counter()
     try:
         manifest = rebuild_recording(target, args.from_answers, args.out, prompts=args.prompts, top_m=args.top_m,
                                      batch_size=args.batch_size, shard_size=args.shard_size,
-                                     feature_dtype=args.feature_dtype,
-                                     progress=lambda done, total: (setattr(bar, "total", total), bar.update(done - bar.n)))
+                                     feature_dtype=args.feature_dtype, progress=bar.progress)
     finally:
         bar.close()
     seconds = sum(s["seconds"] for s in manifest["shards"])

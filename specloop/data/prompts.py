@@ -19,6 +19,11 @@ Datasets and the packages that ship them:
 Packages are located with `importlib.util.find_spec` and never imported (their
 declared dependencies are not installed).
 
+A researcher's own prompts go wherever a dataset name goes: a local JSONL / JSON / CSV /
+Parquet file or a dataset in the local Hugging Face cache (`specloop.data.prompt_files`:
+rows with a ``prompt`` or chat ``messages``, optional ``id`` and ``domain``), split by
+the same rule as the packaged datasets.
+
 Splits: every dataset is split deterministically by position in its file: items
 with ``index % HELDOUT_EVERY == 0`` are **held out** (benchmarks, tests, the
 online stream) and never used to train or warm up a draft; the **warm-up** split
@@ -95,13 +100,18 @@ class Prompt:
     """One prompt.
 
     Attributes:
-        dataset: dataset name (a key of `DATASETS`).
+        dataset: dataset name (a key of `DATASETS`, a ShareGPT topic, or a prompt
+            file's / cached dataset's domain: its row's ``domain``, else the source's
+            name, `prompt_files.source_label`).
         id: the dataset's own id (e.g. ``HumanEval/0``, ``81``).
-        text: the first user turn (for HumanEval, the function stub to complete).
+        text: the first user turn (for HumanEval, the function stub to complete; for a
+            chat from a prompt file, its last user turn).
         turns: every user turn (MT-bench has two; others one).
         category: the dataset's category where it has one ("" otherwise).
         reference: a reference completion where the dataset ships one
             (HumanEval canonical solution), else "".
+        messages: a prompt file's chat as (role, content) pairs, rendered whole by
+            `specloop.data.streams.encode_prompt`; None for a single user turn.
     """
 
     dataset: str
@@ -110,6 +120,7 @@ class Prompt:
     turns: tuple[str, ...]
     category: str = ""
     reference: str = ""
+    messages: tuple[tuple[str, str], ...] | None = None
 
 
 def dataset_path(dataset: str) -> Path:
@@ -199,6 +210,21 @@ def _parse(dataset: str, row: dict) -> Prompt:
     return Prompt(dataset, str(row["key"]), row["prompt"], (row["prompt"],))
 
 
+def _source_prompts(name: str) -> tuple[Prompt, ...]:
+    """Every row of a prompt file or cached dataset (`prompt_files.source_rows`), read
+    again when a file changed (its size or modification time)."""
+    path = Path(name)
+    stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+    return _cached_source_prompts(name, stamp)
+
+
+@lru_cache(maxsize=32)
+def _cached_source_prompts(name: str, stamp) -> tuple[Prompt, ...]:
+    from specloop.data.prompt_files import source_rows
+    return tuple(Prompt(row["domain"], row["id"], row["text"], row["turns"], messages=row["messages"])
+                 for row in source_rows(name))
+
+
 @lru_cache(maxsize=None)
 def _all_prompts(dataset: str) -> tuple[Prompt, ...]:
     path = dataset_path(dataset)
@@ -229,15 +255,19 @@ def load_prompts(dataset: str, split: str = "heldout", limit: int | None = None)
     """Prompts of one dataset, in file order.
 
     Args:
-        dataset: "humaneval", "mt-bench", "ifbench" or "sharegpt".
+        dataset: a name of `dataset_names` ("humaneval", "mt-bench", "ifbench",
+            "sharegpt", a ShareGPT topic), or a prompt file's path or a cached Hugging
+            Face dataset's id (`specloop.data.prompt_files`).
         split: "heldout" (index % 4 == 0), "warmup" (the rest, less the rows related
             to a held-out row by `related_keys`) or "all".
         limit: keep the first ``limit`` prompts of the split (None = all).
 
     Raises:
-        ValueError: unknown dataset or split, negative limit.
-        FileNotFoundError: the dataset's package is not installed.
+        ValueError: unknown dataset or split, negative limit; a malformed prompt file
+            (one line naming the file and the row).
+        FileNotFoundError: the dataset's package is not installed; no such prompt file.
     """
+    from specloop.data.prompt_files import is_prompt_source
     if split not in ("heldout", "warmup", "all"):
         raise ValueError(f"split must be 'heldout', 'warmup' or 'all', got {split!r}")
     if limit is not None and limit < 0:
@@ -246,7 +276,8 @@ def load_prompts(dataset: str, split: str = "heldout", limit: int | None = None)
         chosen = [dataclasses.replace(p, dataset=dataset) for p in load_prompts("sharegpt", split)
                   if sharegpt_topic(p.text) == dataset]
         return chosen if limit is None else chosen[:limit]
-    prompts = _all_prompts(dataset)
+    prompts = _source_prompts(dataset) if dataset not in DATASETS and is_prompt_source(dataset) \
+        else _all_prompts(dataset)
     if split == "heldout":
         chosen = [p for i, p in enumerate(prompts) if i % HELDOUT_EVERY == 0]
     elif split == "warmup":

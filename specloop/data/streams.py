@@ -11,16 +11,21 @@ initialisation never enters it. Two orders:
 * ``"interleave"``: round-robin over the datasets (a stationary mixture).
 
 Prompts are tokenised with the model's chat template when its tokenizer has one
-(a single user turn, generation prompt appended), else as plain text.
+(a single user turn, or a prompt file's whole chat, generation prompt appended), else
+as plain text.
+
+A dataset name may be a prompt file's path or a cached Hugging Face dataset's id
+(`specloop.data.prompt_files`): its rows are split like a packaged dataset's (every 4th
+row held out), carry their ``id`` and ``domain``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specloop.data.prompts import Prompt, load_prompts
+from specloop.data.prompts import Prompt, dataset_names, load_prompts
 
 __all__ = ["StreamItem", "STREAM_ORDERS", "DEFAULT_DATASETS", "split_counts", "stream_prompts",
-           "encode_prompt_text", "build_stream"]
+           "encode_prompt_text", "encode_prompt", "build_stream"]
 
 STREAM_ORDERS = ("shift", "interleave")
 DEFAULT_DATASETS = ("humaneval", "mt-bench", "ifbench")
@@ -86,8 +91,10 @@ def stream_prompts(datasets, num_prompts: int, order: str = "shift", split: str 
         prompts = load_prompts(name, split)
         if len(prompts) < count:
             label = {"heldout": "held-out ", "warmup": "warm-up "}.get(split, "")
+            how = "" if split == "all" or name in dataset_names() else \
+                " (a prompt file is split like a packaged dataset: every 4th row is held out)"
             raise ValueError(f"dataset {name!r} has {len(prompts)} {label}prompts, the stream "
-                             f"needs {count}")
+                             f"needs {count}{how}")
         blocks.append(prompts[:count])
     if order == "shift":
         return [p for block in blocks for p in block]
@@ -118,6 +125,28 @@ def encode_prompt_text(tokenizer, text: str, chat_template: bool = True) -> list
     return [int(i) for i in ids]
 
 
+def encode_prompt(tokenizer, prompt: Prompt, chat_template: bool = True) -> list[int]:
+    """Token ids of a prompt: `encode_prompt_text` of its text, or for a chat from a
+    prompt file (``prompt.messages``) the chat template over every message (generation
+    prompt added); without a template or ``chat_template`` the messages' contents
+    joined by blank lines, plain ``tokenizer.encode``.
+
+    Raises:
+        ValueError: empty text, or an empty encoding.
+    """
+    if prompt.messages is None:
+        return encode_prompt_text(tokenizer, prompt.text, chat_template)
+    if chat_template and getattr(tokenizer, "chat_template", None):
+        rendered = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in prompt.messages],
+                                                 add_generation_prompt=True, tokenize=False)
+        ids = list(tokenizer.encode(rendered, add_special_tokens=False))
+    else:
+        ids = list(tokenizer.encode("\n\n".join(c for _, c in prompt.messages)))
+    if not ids:
+        raise ValueError(f"prompt encodes to no tokens: {prompt.text[:40]!r}")
+    return [int(i) for i in ids]
+
+
 def build_stream(datasets, num_prompts: int, tokenizer, *, order: str = "shift",
                  chat_template: bool = True, max_prompt_tokens: int | None = None,
                  split: str = "heldout") -> list[StreamItem]:
@@ -136,7 +165,7 @@ def build_stream(datasets, num_prompts: int, tokenizer, *, order: str = "shift",
         raise ValueError(f"max_prompt_tokens must be >= 1, got {max_prompt_tokens}")
     items = []
     for index, prompt in enumerate(stream_prompts(datasets, num_prompts, order, split)):
-        ids = encode_prompt_text(tokenizer, prompt.text, chat_template)
+        ids = encode_prompt(tokenizer, prompt, chat_template)
         if max_prompt_tokens is not None:
             ids = ids[-int(max_prompt_tokens):]
         items.append(StreamItem(index, prompt.dataset, prompt.id, prompt.text, tuple(ids)))

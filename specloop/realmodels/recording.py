@@ -8,8 +8,11 @@ in batches, and any draft / learner / seed replayed against it (docs/design.md,
 sections "Replays" and "Recording format"; OnlineSpec Algorithm 1's feedback is the verified positions'
 p_target).
 
-The recorder that writes such a folder (batched greedy generation, `record_stream`,
-`check_batched`) is `specloop.realmodels.streams.record`; this module needs numpy only
+The recorder that writes such a folder (`record_stream`, `check_batched`) is
+`specloop.realmodels.streams.record`: continuations from the answer-set generator
+(`specloop.realmodels.answers.generator.generate_greedy`), features and top-m from the
+teacher-forced prefill of `specloop.realmodels.answers.rebuild` (`write_shards`, which
+the rebuild from an answer set shares). This module needs numpy only
 (`head_feature_layers` reads the head configurations when called).
 
 Recording folder format (``format_version`` 1)
@@ -92,7 +95,7 @@ __all__ = ["DamagedShardError", "read_manifest", "rebuild_command", "verify_shar
            "resume_manifest", "redone_note",
            "check_compute_dtype", "recorded_items", "first_difference", "FORMAT_VERSION", "FORMAT_NAME", "FEATURE_DTYPES", "RecordSettings",
            "head_feature_layers", "layer_name", "prompts_fingerprint", "check_settings", "shard_name", "Recording",
-           "open_recording", "recording_bytes"]
+           "open_recording", "recording_bytes", "new_manifest", "vocab_size"]
 
 FORMAT_VERSION = 1
 FORMAT_NAME = "specloop.stream_record"
@@ -190,6 +193,23 @@ def prompts_fingerprint(prompts) -> str:
         digest.update(np.asarray(list(ids), dtype=np.int64).tobytes())
         digest.update(b"|")
     return digest.hexdigest()
+
+
+def vocab_size(model) -> int:
+    """Rows of a transformers model's LM head (the logits' width), else ``config.vocab_size``."""
+    head = model.get_output_embeddings()
+    return int(head.weight.shape[0]) if head is not None else int(model.config.vocab_size)
+
+
+def new_manifest(settings: RecordSettings, model, eos) -> dict:
+    """The manifest of an empty recording of ``settings`` for ``model`` (a transformers
+    causal LM) whose continuations end at the token ids ``eos``."""
+    config = model.config
+    info = {"vocab_size": vocab_size(model), "hidden_size": int(config.hidden_size),
+            "num_hidden_layers": int(config.num_hidden_layers), "eos_ids": sorted(int(e) for e in eos)}
+    return {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, "settings": settings.to_dict(),
+            "model": info, "layer_names": {str(x): layer_name(x) for x in settings.layers},
+            "shards": [], "complete": False, "total_bytes": 0}
 
 
 # -- files ------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""`specloop.realmodels.streams.record`: batched greedy recording of a stream's target
-side (format: `specloop.realmodels.recording`), on tiny random Llama models built here
-(no tokenizer: items carry token ids)."""
+"""`specloop.realmodels.streams.record`: recording of a stream's target side (the
+answer-set generator's continuations, teacher-forced features; format:
+`specloop.realmodels.recording`), on tiny random Llama / GPT-2 models built here (no
+tokenizer: items carry token ids)."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ import torch
 
 from specloop.data.streams import StreamItem
 from specloop.realmodels.recording import RecordSettings, check_settings, head_feature_layers, open_recording
-from specloop.realmodels.streams.record import generate_batch, record_stream
+from specloop.realmodels.streams.record import record_stream
 
 from .decoder_util import one_thread, plain_greedy, tiny_llama  # noqa: F401
 
@@ -56,32 +57,37 @@ def test_head_feature_layers_union_of_eagle3_and_last():
     assert head_feature_layers(config) == (2, 15, 27, -1)
 
 
-def test_batched_continuation_equals_batch1_greedy_ragged(model):
+def test_recorded_continuation_equals_batch1_greedy_ragged(model, tmp_path):
     items = _items(7)
     eos_model = tiny_llama(vocab=VOCAB, layers=4, hidden=16, max_positions=128, init_range=0.6, seed=3)
     stops = []
-    for target in (model, eos_model, _tiny_gpt2()):
-        results = generate_batch(target, [list(it.ids) for it in items], 20, {EOS}, (2, -1), 5)
-        stops += [r["stop_reason"] for r in results]
-        for item, result in zip(items, results):
+    for number, target in enumerate((model, eos_model, _tiny_gpt2())):
+        record_stream(target, items, tmp_path / str(number), _settings(7, max_new_tokens=20, layers=(2, -1),
+                                                                        top_m=5), check_prompts=0)
+        rec = open_recording(tmp_path / str(number))
+        for item in items:
+            got = rec.prompt(item.index)
             expected = plain_greedy(target, list(item.ids), 20, EOS)
-            assert result["tokens"][len(item.ids):].tolist() == expected
-            assert result["new_tokens"] == len(expected)
-            assert result["stop_reason"] == ("eos" if expected[-1] == EOS else "length")
+            assert got["tokens"][len(item.ids):].tolist() == expected
+            assert got["new_tokens"] == len(expected)
+            assert got["stop_reason"] == ("eos" if expected[-1] == EOS else "length")
+            stops.append(got["stop_reason"])
     assert {"eos", "length"} <= set(stops)                # rows finishing early and rows running on
 
 
-def test_features_and_topm_equal_a_direct_forward(model):
+def test_features_and_topm_equal_a_direct_forward(model, tmp_path):
     items = _items(5)
-    results = generate_batch(model, [list(it.ids) for it in items], 10, {EOS}, (1, 2, -1), 6)
-    for result in results:
+    record_stream(model, items, tmp_path, _settings(5, max_new_tokens=10), check_prompts=0)
+    rec = open_recording(tmp_path)
+    for item in items:
+        result = rec.prompt(item.index)
         with torch.no_grad():
             out = model(torch.tensor([result["tokens"].tolist()]), output_hidden_states=True)
         n = len(result["tokens"])
-        for i, layer in enumerate((1, 2, -1)):
+        for layer in (1, 2, -1):
             direct = out.hidden_states[layer][0].numpy()
-            assert result["hidden"][i].shape == (n, 16) and result["hidden"][i].dtype == np.float16
-            np.testing.assert_allclose(result["hidden"][i].astype(np.float32), direct, rtol=2e-3, atol=2e-3)
+            assert result["hidden"][layer].shape == (n, 16) and result["hidden"][layer].dtype == np.float16
+            np.testing.assert_allclose(result["hidden"][layer].astype(np.float32), direct, rtol=2e-3, atol=2e-3)
         probs = torch.softmax(out.logits[0].float(), dim=-1)
         top = torch.topk(probs, 6, dim=-1)
         assert (result["topm_ids"] == top.indices.numpy()).mean() > 0.99       # ties at float16 may swap
@@ -90,6 +96,28 @@ def test_features_and_topm_equal_a_direct_forward(model):
         # a continuation token is the argmax after the previous position
         length = n - result["new_tokens"]
         assert (result["tokens"][length:] == result["topm_ids"][length - 1:-1, 0]).all()
+
+
+def test_direct_recording_equals_the_rebuild_of_its_answers(model, tmp_path):
+    """One generator: the shards `record_stream` writes are the teacher-forced rebuild's
+    of the same continuations, byte for byte (same settings)."""
+    import dataclasses
+
+    from specloop.realmodels.answers.rebuild import write_shards
+    items = _items(9)
+    settings = _settings(9)
+    record_stream(model, items, tmp_path / "direct", settings, check_prompts=0)
+    rec = open_recording(tmp_path / "direct")
+    records = []
+    for item in items:
+        got = rec.prompt(item.index)
+        records.append({"prompt": list(item.ids), "answer": got["tokens"][got["prompt_length"]:].tolist(),
+                        "stop_reason": got["stop_reason"], "dataset": item.dataset, "prompt_id": item.prompt_id})
+    (tmp_path / "again").mkdir()
+    full = dataclasses.replace(settings, prompts_sha256=rec.settings["prompts_sha256"])
+    write_shards(model, tmp_path / "again", full, {EOS}, lambda first, n: records[first:first + n])
+    for name in ("shard-0000.npz", "shard-0001.npz", "shard-0002.npz"):
+        assert (tmp_path / "again" / name).read_bytes() == (tmp_path / "direct" / name).read_bytes()
 
 
 def test_recording_round_trip_and_batch1_check(model, tmp_path):
@@ -124,7 +152,10 @@ def test_killed_recording_resumes_to_identical_files(model, tmp_path):
         record_stream(model, items, part, settings, check_prompts=0, progress=kill_mid_second_shard)
     assert sorted(p.name for p in part.glob("shard-*.npz")) == ["shard-0000.npz"]
     (part / "shard-0001.npz.tmp").write_bytes(b"half a shard")          # a write cut short
-    record_stream(model, items, part, settings, check_prompts=0)
+    calls = []
+    record_stream(model, items, part, settings, check_prompts=0, progress=lambda *a: calls.append(a))
+    assert calls[0] == (4, 10) and calls[-1] == (10, 10)      # a resumed bar starts at the recorded prompts
+    assert [c[0] for c in calls] == sorted(c[0] for c in calls)
     names = sorted(p.name for p in whole.glob("shard-*.npz"))
     assert names == ["shard-0000.npz", "shard-0001.npz", "shard-0002.npz"]
     for name in names:

@@ -1,16 +1,19 @@
-"""Rebuild a stream recording from an answer set by teacher-forced prefill.
+"""A stream recording's features by teacher-forced prefill: rebuilt from an answer set
+(`rebuild_recording`), and written for the direct recorder too (`write_shards`).
 
 A recording (`specloop.realmodels.recording`) holds, at every position of every
 prompt and its greedy continuation, the hidden states the draft heads read and the
-target's top-m next-token distribution. Given the continuation (an answer set), all of
-that comes from one causal forward over prompt + answer: no generation. Rows are
-batched right-padded (a causal row never sees the padding after it), longest first.
+target's top-m next-token distribution. Given the continuation, all of that comes from
+one causal forward over prompt + answer: no generation. Rows are batched right-padded
+(a causal row never sees the padding after it), longest first, ``batch_size`` rows per
+forward.
 
-The rebuilt recording has the format and settings of a direct one (``batch_size`` is
-the rebuild's). Tokens are exactly the answer set's; features and top-m probabilities
-come from a full-sequence forward instead of the incremental one, so they agree with a
-direct recording up to float rounding (tested: hidden states within 2e-2 absolute in
-float16 storage, top-1 token equal, top-m probabilities within 1e-2).
+`write_shards` is the one shard loop of both recorders: `rebuild_recording` feeds it
+the answer set's continuations, `specloop stream record`
+(`specloop.realmodels.streams.record.record_stream`) the continuations it generates per
+shard with `specloop.realmodels.answers.generator.generate_greedy`. So a recording
+rebuilt from an answer set and a direct one with the same continuations and settings
+hold the same features (the rebuilt one's ``batch_size`` is the rebuild's).
 """
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ import torch
 
 from specloop._folder_lock import folder_lock
 
-__all__ = ["rebuild_recording"]
+__all__ = ["rebuild_recording", "write_shards", "shard_results"]
 
 
 _HEAD_CHUNK = 256             # positions per LM-head chunk (bounds the (chunk, V) float32 logits)
@@ -80,6 +83,92 @@ def _teacher_forced(model, sequences: list[list[int]], layers, top_m: int, store
     return results
 
 
+def shard_results(model, records: list[dict], settings) -> list[dict]:
+    """Every position's features and top-m of a shard's prompts + continuations.
+
+    Args:
+        model: a transformers causal LM (eval mode).
+        records: per prompt ``prompt`` and ``answer`` (int sequences: the prompt's ids,
+            its continuation) and ``stop_reason``.
+        settings: a `RecordSettings` (``layers``, ``top_m``, ``batch_size`` rows per
+            forward, ``feature_dtype``).
+
+    Returns:
+        per record, in input order, the dict `recording._shard_arrays` reads:
+        ``tokens`` int32 (L + T,), ``new_tokens`` (T), ``stop_reason``, ``hidden``
+        (per layer (L + T, H)), ``topm_ids`` int32 (L + T, m), ``topm_probs`` (L + T, m)
+        in ``feature_dtype``.
+
+    Raises:
+        ValueError: non-finite logits.
+    """
+    store = {"float16": torch.float16, "float32": torch.float32}[settings.feature_dtype]
+    seqs = [[int(t) for t in r["prompt"]] + [int(t) for t in r["answer"]] for r in records]
+    results: list[dict | None] = [None] * len(records)
+    order = sorted(range(len(records)), key=lambda j: -len(seqs[j]))
+    for b in range(0, len(order), settings.batch_size):
+        rows = order[b:b + settings.batch_size]
+        for j, feats in zip(rows, _teacher_forced(model, [seqs[j] for j in rows], settings.layers,
+                                                  settings.top_m, store)):
+            results[j] = {**feats, "tokens": np.asarray(seqs[j], dtype=np.int32),
+                          "new_tokens": len(records[j]["answer"]), "stop_reason": records[j]["stop_reason"]}
+    return results
+
+
+def write_shards(model, out: Path, settings, eos, shard_records, *, extra: dict | None = None,
+                 progress=None) -> tuple[dict, dict]:
+    """Write the recording's missing shards into ``out`` (the caller holds its lock).
+
+    Args:
+        model: a transformers causal LM. out: the recording folder. settings: its
+            `RecordSettings` (``prompts`` in all). eos: the continuations' EOS ids.
+        shard_records: callable(first, count) -> the records of stream indices
+            first .. first + count - 1: per prompt ``prompt``, ``answer``,
+            ``stop_reason``, ``dataset``, ``prompt_id`` (called only for missing shards).
+        extra: keys added to a new manifest (e.g. ``answers``).
+        progress: optional callable(prompts_done, prompts_total), first with the
+            prompts already recorded, then after each shard.
+
+    Returns:
+        (manifest, redo): the manifest as written (``complete`` true) and
+        `recording.resume_manifest`'s shards that were missing or damaged and were
+        recorded again.
+    """
+    from types import SimpleNamespace
+
+    from specloop.realmodels.recording import (_shard_arrays, _write_json, _write_npz, new_manifest,
+                                               recording_bytes, resume_manifest, shard_name)
+    path = out / "manifest.json"
+    manifest, redo = resume_manifest(out, lambda: {**new_manifest(settings, model, eos), **(extra or {})})
+    done = {s["file"] for s in manifest["shards"]}
+    total, size = int(settings.prompts), settings.shard_size
+    if progress is not None:
+        progress(sum(int(s["prompts"]) for s in manifest["shards"]), total)
+    for number, first in enumerate(range(0, total, size)):
+        if shard_name(number) in done:
+            continue
+        t0 = time.perf_counter()
+        records = shard_records(first, min(size, total - first))
+        results = shard_results(model, records, settings)
+        items = [SimpleNamespace(ids=list(r["prompt"]), index=first + j, dataset=r["dataset"],
+                                 prompt_id=r["prompt_id"]) for j, r in enumerate(records)]
+        arrays = _shard_arrays(items, results, settings.layers, np.dtype(settings.feature_dtype))
+        written = _write_npz(out / shard_name(number), arrays)
+        manifest["shards"].append({"file": shard_name(number), "first_index": first, "prompts": len(records),
+                                   "positions": int(arrays["tokens"].size),
+                                   "new_tokens": int(arrays["new_tokens"].sum()), **written,
+                                   "seconds": time.perf_counter() - t0})
+        manifest["shards"].sort(key=lambda s: s["first_index"])
+        manifest["total_bytes"] = recording_bytes(out)
+        _write_json(path, manifest)
+        if progress is not None:
+            progress(sum(int(s["prompts"]) for s in manifest["shards"]), total)
+    manifest["complete"] = True
+    manifest["total_bytes"] = recording_bytes(out)
+    _write_json(path, manifest)
+    return manifest, redo
+
+
 def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = None, top_m: int = 32,
                       batch_size: int = 4, shard_size: int = 32, feature_dtype: str = "float16",
                       progress=None) -> dict:
@@ -91,7 +180,8 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
             folder (shards already written with the same settings are kept).
         prompts: how many prompts (None: all in the set). top_m, shard_size,
             feature_dtype: as `RecordSettings`. batch_size: rows per prefill forward.
-        progress: optional callable(prompts_done, prompts_total).
+        progress: optional callable(prompts_done, prompts_total), first with the
+            prompts already recorded (a resumed rebuild), then after each shard.
 
     Returns:
         the recording's manifest.
@@ -102,10 +192,8 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
             `DamagedPieceError` for a damaged piece.
     """
     from specloop.realmodels.answers.answer_set import open_answer_set, target_fingerprint, tokenizer_sha256
-    from specloop.realmodels.recording import (RecordSettings, _shard_arrays, _write_json, _write_npz,
-                                               check_settings, head_feature_layers, prompts_fingerprint,
-                                               recording_bytes, shard_name)
-    from specloop.realmodels.streams.record import _new_manifest
+    from specloop.realmodels.recording import (RecordSettings, check_settings, head_feature_layers,
+                                               prompts_fingerprint, redone_note)
     answers = open_answer_set(answers_dir)
     if answers.manifest["target_fingerprint"] != target_fingerprint(target.model):
         raise ValueError(f"{answers_dir} was generated by a target with other weights or dtype than "
@@ -127,48 +215,8 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     check_settings(out, settings)
-    eos = answers.manifest["eos_ids"]
     with folder_lock(out):
-        return _write_shards(target.model, records, out, settings, eos, progress,
-                             (_new_manifest, _shard_arrays, _write_json, _write_npz, recording_bytes, shard_name),
-                             str(answers_dir))
-
-
-def _write_shards(model, records, out: Path, settings, eos, progress, io_helpers, answers: str) -> dict:
-    from types import SimpleNamespace
-    from specloop.realmodels.recording import redone_note, resume_manifest
-    new_manifest, shard_arrays, write_json, write_npz, recording_bytes, shard_name = io_helpers
-    path = out / "manifest.json"
-    manifest, redo = resume_manifest(out, lambda: {**new_manifest(settings, model, eos), "answers": answers})
-    done = {s["file"] for s in manifest["shards"]}
-    store = {"float16": torch.float16, "float32": torch.float32}[settings.feature_dtype]
-    total, size = len(records), settings.shard_size
-    for number, first in enumerate(range(0, total, size)):
-        if shard_name(number) in done:
-            continue
-        t0, chunk = time.perf_counter(), records[first:first + size]
-        results: list[dict | None] = [None] * len(chunk)
-        order = sorted(range(len(chunk)), key=lambda j: -(chunk[j]["prompt"].size + chunk[j]["answer"].size))
-        for b in range(0, len(order), settings.batch_size):
-            rows = order[b:b + settings.batch_size]
-            seqs = [chunk[j]["prompt"].tolist() + chunk[j]["answer"].tolist() for j in rows]
-            for j, seq, feats in zip(rows, seqs, _teacher_forced(model, seqs, settings.layers, settings.top_m, store)):
-                results[j] = {**feats, "tokens": np.asarray(seq, dtype=np.int32),
-                              "new_tokens": int(chunk[j]["answer"].size), "stop_reason": chunk[j]["stop_reason"]}
-        items = [SimpleNamespace(ids=r["prompt"].tolist(), index=first + j, dataset=r["dataset"],
-                                 prompt_id=r["prompt_id"]) for j, r in enumerate(chunk)]
-        arrays = shard_arrays(items, results, settings.layers, np.dtype(settings.feature_dtype))
-        written = write_npz(out / shard_name(number), arrays)
-        manifest["shards"].append({"file": shard_name(number), "first_index": first, "prompts": len(chunk),
-                                   "positions": int(arrays["tokens"].size),
-                                   "new_tokens": int(arrays["new_tokens"].sum()), **written,
-                                   "seconds": time.perf_counter() - t0})
-        manifest["shards"].sort(key=lambda s: s["first_index"])
-        manifest["total_bytes"] = recording_bytes(out)
-        write_json(path, manifest)
-        if progress is not None:
-            progress(min(first + size, total), total)
-    manifest["complete"] = True
-    manifest["total_bytes"] = recording_bytes(out)
-    write_json(path, manifest)
+        manifest, redo = write_shards(target.model, out, settings, answers.manifest["eos_ids"],
+                                      lambda first, n: records[first:first + n],
+                                      extra={"answers": str(answers_dir)}, progress=progress)
     return {**manifest, "redone": redone_note(redo, manifest)} if redo else manifest

