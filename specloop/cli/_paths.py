@@ -74,13 +74,7 @@ def check_input_folder(path, flag: str) -> None:
     Raises:
         ValueError: ``path`` does not exist or is not a folder.
     """
-    if path is None:
-        return
-    path = Path(path)
-    if not path.exists():
-        raise ValueError(f"{flag} {path}: no such folder")
-    if not path.is_dir():
-        raise ValueError(f"{flag} {path} is a file, not a folder")
+    _check_input(path, flag, folder=True)
 
 
 def check_input_file(path, flag: str) -> None:
@@ -89,13 +83,18 @@ def check_input_file(path, flag: str) -> None:
     Raises:
         ValueError: ``path`` does not exist or is not a file.
     """
+    _check_input(path, flag, folder=False)
+
+
+def _check_input(path, flag: str, folder: bool) -> None:
+    """The one check behind `check_input_folder` / `check_input_file`."""
     if path is None:
         return
-    path = Path(path)
+    path, kind, other = Path(path), ("folder", "file")[not folder], ("file", "folder")[not folder]
     if not path.exists():
-        raise ValueError(f"{flag} {path}: no such file")
-    if not path.is_file():
-        raise ValueError(f"{flag} {path} is a folder, not a file")
+        raise ValueError(f"{flag} {path}: no such {kind}")
+    if not (path.is_dir() if folder else path.is_file()):
+        raise ValueError(f"{flag} {path} is a {other}, not a {kind}")
 
 
 _CHECKS = {"out_folders": check_output_folder, "out_files": check_output_file, "in_folders": check_input_folder,

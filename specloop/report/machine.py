@@ -10,7 +10,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-__all__ = ["machine_info", "git_commit", "LoadMonitor", "UNDER_LOAD_FACTOR", "cores"]
+__all__ = ["machine_info", "git_commit", "LoadMonitor", "load_summary", "UNDER_LOAD_FACTOR", "cores"]
 
 _PACKAGES = ("specloop", "numpy", "scipy", "numba", "torch", "transformers", "matplotlib",
              "stable-baselines3", "gymnasium")
