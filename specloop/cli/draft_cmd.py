@@ -81,6 +81,27 @@ def register(subparsers) -> None:
                             "prompt positions too (all)")
     train.add_argument("--soft-targets", action="store_true",
                        help="with --from-recording: distil the recorded top-m p_target (default: the greedy token)")
+    train.add_argument("--from-answers", action="append", default=None, metavar="SET", dest="answer_sets",
+                       help="train on an answer set (data/answers/<name>, repeatable): its recording is rebuilt by "
+                            "teacher-forced prefill into a cache outside the repository (or reused, checked by the "
+                            "set's manifest hash and the feature layers); the reduced vocabulary comes from the "
+                            "sets' answer-token counts; every 10th prompt is held out")
+    train.add_argument("--features-dir", default=None, metavar="DIR",
+                       help="cache folder of the recordings rebuilt from answer sets (default: under the "
+                            "target's feature cache)")
+    train.add_argument("--eval-answers", default=None, metavar="SET",
+                       help="held-out answer set (e.g. data/answers/sharegpt-heldout-1200): its first "
+                            "--eval-prompts prompts are rebuilt and give the report's eval top-1, vocabulary "
+                            "coverage and tau (chain k = 2..6, dynamic tree)")
+    train.add_argument("--eval-prompts", type=int, default=None, help="prompts of --eval-answers (default 100)")
+    train.add_argument("--epochs", type=int, default=None,
+                       help="resumable run of N passes over the training items (2-3 is the guidance), "
+                            "checkpointed every piece; rerunning the same command resumes")
+    train.add_argument("--checkpoint-every", default=None, metavar="N|Mm",
+                       help="with --epochs: piece length in steps (500) or minutes (10m; default)")
+    train.add_argument("--budget-minutes", type=float, default=None,
+                       help="with --epochs: stop at the piece boundary before M minutes of training, with a "
+                            f"checkpoint (exit {EXIT_BUDGET}); rerun the same command to resume")
     train.add_argument("--quick", action="store_true", help="small cache and few steps (minutes)")
     train.add_argument("--out", default=None, help="draft folder (default: the draft cache)")
     train.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -141,11 +162,17 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _recording_values(args) -> dict:
-    """TrainConfig fields of ``--from-recording`` (refusing options that do not apply)."""
+def _recording_values(args, rebuilt=()) -> dict:
+    """TrainConfig fields of ``--from-recording`` and of the recordings ``rebuilt`` from
+    ``--from-answers`` (refusing options that do not apply)."""
+    if rebuilt:
+        given = _recording_values(args) if args.recordings else {}
+        return {"recordings": tuple(given.get("recordings", ())) + tuple(rebuilt),
+                "recording_positions": args.recording_positions or "continuation",
+                "recording_soft_targets": bool(args.soft_targets), "vocab_from_answers": True}
     if not args.recordings:
         if args.recording_positions is not None or args.soft_targets:
-            raise ValueError("--recording-positions and --soft-targets need --from-recording")
+            raise ValueError("--recording-positions and --soft-targets need --from-recording or --from-answers")
         return {}
     if args.corpus_mix is not None or args.tokens is not None:
         raise ValueError("--corpus-mix and --tokens choose the feature cache; they do not apply to --from-recording")
@@ -162,11 +189,12 @@ def _recording_values(args) -> dict:
             "recording_soft_targets": bool(args.soft_targets)}
 
 
-def _train_config(args):
+def _train_config(args, rebuilt=(), evals=()):
     from specloop.realmodels.training.corpus import parse_mix
     from specloop.realmodels.training.features import mix_features_root
     from specloop.realmodels.training.trainer import TrainConfig
-    recording = _recording_values(args)
+    recording = _recording_values(args, rebuilt)
+    recording.update(_epoch_values(args, evals))
     values = dict(QUICK) if args.quick else {}
     if recording and args.quick:
         values.pop("tokens")
@@ -189,6 +217,18 @@ def _train_config(args):
     if values.get("init_from") == "pretrained":
         values["init_from"] = _pretrained_folder(args.target, args.kind)
     return TrainConfig(target=args.target, kind=args.kind, out_dir=args.out, **values)
+
+
+def _epoch_values(args, evals=()) -> dict:
+    """TrainConfig fields of ``--epochs``, ``--checkpoint-every``, ``--budget-minutes``
+    and the evaluation recordings."""
+    values = {"eval_recordings": tuple(evals)} if evals else {}
+    if getattr(args, "epochs", None) is None:
+        return values
+    from specloop.realmodels.training.epoch_loop import parse_checkpoint_every
+    steps, minutes = parse_checkpoint_every(args.checkpoint_every or "10m")
+    return {**values, "epochs": args.epochs, "checkpoint_every_steps": steps, "checkpoint_every_minutes": minutes,
+            "budget_minutes": args.budget_minutes}
 
 
 def _pretrained_folder(target: str, kind: str) -> str:
@@ -216,11 +256,58 @@ def _pretrained_folder(target: str, kind: str) -> str:
 def _train(args: argparse.Namespace) -> int:
     from specloop.cli._paths import check_paths
     from specloop.realmodels.training.trainer import get_trainer
-    check_paths(args, out_folders=("out",), in_folders=("recordings=--from-recording",)
+    check_paths(args, out_folders=("out", "features_dir=--features-dir"),
+                in_folders=("recordings=--from-recording", "answer_sets=--from-answers", "eval_answers=--eval-answers")
                 + (("init_from",) if args.init_from not in (None, "pretrained") else ()))
+    _check_answer_args(args)
+    if args.answer_sets or args.epochs is not None:
+        return _train_resumable(args)
     config = _train_config(args)
     trainer = get_trainer(args.kind)
     report = trainer(config, loaded=None, progress=True)
+    return _print_report(args, report)
+
+
+def _train_resumable(args: argparse.Namespace) -> int:
+    """``--from-answers`` / ``--epochs``: recordings rebuilt or reused, the (epoch) run
+    under the draft folder's lock, then the held-out tau into ``train_report.json``."""
+    import sys
+    from pathlib import Path
+
+    from specloop._folder_lock import folder_lock
+    from specloop.realmodels.heads.common import draft_dir
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.training.epoch_loop import write_train_report
+    from specloop.realmodels.training.trainer import get_trainer
+    models: dict = {}
+
+    def load(dtype: str):
+        if dtype not in models:
+            models[dtype] = load_model(args.target, dtype=dtype)
+        return models[dtype]
+
+    folder = Path(args.out) if args.out else draft_dir(args.target, args.kind)
+    folder.mkdir(parents=True, exist_ok=True)
+    with folder_lock(folder):
+        rebuilt, evals = _answer_recordings(args, load, folder)
+        config = _train_config(args, rebuilt, evals)
+        if args.out is None:
+            config.out_dir = str(folder)
+        report = get_trainer(args.kind)(config, loaded=load("float32"), progress=not args.json)
+        if not report.get("complete", True):
+            print(f"specloop draft train: stopped by --budget-minutes at step {report['steps']}/"
+                  f"{report['total_steps']} (epoch {report['epochs_done']:.2f} of {report['epochs']}); checkpoint in "
+                  f"{folder}; rerun the same command to resume", file=sys.stderr)
+            if args.json:
+                print(json.dumps(report, indent=1, default=str))
+            return EXIT_BUDGET
+        if evals:
+            report["heldout_tau"] = heldout_tau(folder, args.kind, load("float32"), evals[0])
+            write_train_report(folder, report)
+    return _print_report(args, report)
+
+
+def _print_report(args: argparse.Namespace, report: dict) -> int:
     summary = {"kind": args.kind, "target": args.target, **{k: v for k, v in report.items()
                                                               if k not in ("config", "train_config")}}
     if args.json:
@@ -247,3 +334,185 @@ def _features(args: argparse.Namespace) -> int:
         print(f"{name}: {part.n_done}/{part.meta['n_chunks']} chunks of {part.meta['chunk_len']} tokens "
               f"in {part.folder}")
     return 0
+
+
+# -- training on answer sets (--from-answers): cached rebuilt recordings, epochs, report ----------------
+
+TAU_KS = (2, 3, 4, 5, 6)
+TAU_TREE = "topk=4,depth=5,v=16"     # the EAGLE-2 dynamic tree of benchmarks/heads_recording_tau.py
+EXIT_BUDGET = 3                      # an epoch run stopped by --budget-minutes (rerun to resume)
+
+
+def answers_key(answers, prompts: int, layers, top_m: int, feature_dtype: str = "float16") -> str:
+    """sha256 naming the recording rebuilt from an answer set's first ``prompts``
+    prompts: the set's settings (but the planned prompt count), target and tokenizer
+    fingerprints, EOS ids and the listed size / sha256 of every piece those prompts lie
+    in, plus the feature layers, ``top_m`` and feature dtype. Pieces a growing set
+    appends later do not change it."""
+    import hashlib
+    manifest, used, pieces = answers.manifest, 0, []
+    for entry in manifest["pieces"]:
+        if used >= prompts:
+            break
+        pieces.append([entry["file"], int(entry["prompts"]), int(entry["bytes"]), entry["sha256"]])
+        used += int(entry["prompts"])
+    settings = {k: v for k, v in manifest["settings"].items() if k != "prompts"}
+    key = {"settings": settings, "target_fingerprint": manifest["target_fingerprint"],
+           "tokenizer_sha256": manifest["tokenizer_sha256"], "eos_ids": manifest["eos_ids"], "pieces": pieces,
+           "prompts": int(prompts), "layers": [int(x) for x in layers], "top_m": int(top_m),
+           "feature_dtype": feature_dtype}
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def answers_recording(load, answers_dir, root, *, prompts: int | None = None, top_m: int = 32,
+                      progress: bool = True) -> str:
+    """The recording of an answer set's first ``prompts`` prompts (None: all listed),
+    rebuilt by teacher-forced prefill (`answers.rebuild.rebuild_recording`) into
+    ``root/<set>-<prompts>p-<key>`` (`answers_key`), or reused when that folder holds a
+    complete recording with the same key; an interrupted rebuild resumes by shard.
+
+    Args:
+        load: ``load(dtype) -> LoadedModel`` of the set's target (the set's own dtype is
+            asked for; its fingerprint is checked). answers_dir: the answer set.
+        root: cache folder (outside the repository; features are never committed).
+
+    Returns:
+        the recording folder.
+
+    Raises:
+        ValueError / FileNotFoundError: as `open_answer_set` and `rebuild_recording`.
+    """
+    from pathlib import Path
+
+    from specloop.realmodels.answers.answer_set import open_answer_set
+    answers = open_answer_set(answers_dir)
+    count = answers.num_prompts if prompts is None else int(prompts)
+    if not 1 <= count <= answers.num_prompts:
+        raise ValueError(f"asked for {prompts} prompts; {answers_dir} holds {answers.num_prompts}")
+    target = load(answers.settings["dtype"])
+    from specloop.realmodels.recording import head_feature_layers
+    key = answers_key(answers, count, head_feature_layers(target.model.config), top_m)
+    folder = Path(root) / f"{Path(answers_dir).resolve().name}-{count}p-{key[:12]}"
+    source = {"answers": str(Path(answers_dir).resolve()), "prompts": count, "key": key}
+    marker = folder / "source.json"
+    if marker.is_file() and json.loads(marker.read_text()) != source:
+        raise ValueError(f"{folder} holds a recording of other answers ({marker}); delete it to rebuild")
+    manifest = folder / "manifest.json"
+    if marker.is_file() and manifest.is_file() and json.loads(manifest.read_text()).get("complete"):
+        from specloop.realmodels.recording import open_recording
+        open_recording(folder)                          # every shard's size / sha256 verified
+        return str(folder)
+    import sys
+
+    from tqdm.auto import tqdm
+
+    from specloop.realmodels.answers.rebuild import rebuild_recording
+    folder.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps(source, indent=1))
+    bar = tqdm(desc=f"rebuild {Path(answers_dir).name}", unit="prompt", disable=not progress, file=sys.stderr)
+    try:
+        rebuild_recording(target, answers_dir, folder, prompts=count, top_m=top_m,
+                          progress=lambda done, total: (setattr(bar, "total", total), bar.update(done - bar.n)))
+    finally:
+        bar.close()
+    return str(folder)
+
+
+def heldout_tau(folder, kind: str, target, recording_folder, *, ks=TAU_KS, tree: str = TAU_TREE) -> dict:
+    """Held-out mean accepted length tau (tokens per round, bonus token included) of a
+    saved draft on every prompt of a recording, by exact greedy replay
+    (`streams.replay.ReplayDecoder`, as ``benchmarks/heads_recording_tau.py``): one
+    row per plan ``chain-k<K>`` and ``tree`` with ``tau``, ``rounds`` and ``tokens``,
+    plus ``prompts``, ``tree_shape`` and ``seconds``.
+
+    Args:
+        folder: the draft folder. kind: its kind. target: the float32 `LoadedModel`.
+        recording_folder: a greedy recording of held-out prompts."""
+    import time
+
+    from specloop.realmodels.policy import FixedDraftPolicy, parse_tree_shape
+    from specloop.realmodels.recording import open_recording, recorded_items
+    from specloop.realmodels.registry.drafters import make_drafter
+    from specloop.realmodels.streams.replay import ReplayDecoder
+    t0 = time.perf_counter()
+    rec = open_recording(recording_folder)
+    items = recorded_items(rec)
+    drafter = make_drafter(kind, target, checkpoint=str(folder), train_if_missing=False, progress=False)
+    shape = parse_tree_shape(tree)
+    policies = {f"chain-k{k}": FixedDraftPolicy(int(k)) for k in ks}
+    policies["tree"] = FixedDraftPolicy(shape.max_depth, shape)
+    out = {"prompts": len(items), "tree_shape": tree}
+    for name, policy in policies.items():
+        tokens = []
+        for item in items:
+            decoder = ReplayDecoder(rec, target, drafter, policy=policy, seed=item.index)
+            result = decoder.generate(list(item.ids), rec.prompt(item.index)["new_tokens"], stream_index=item.index)
+            tokens += [r.tokens_per_round for r in result.trace]
+        out[name] = {"tau": sum(tokens) / len(tokens) if tokens else None, "rounds": len(tokens),
+                     "tokens": int(sum(tokens))}
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def _answers_root(args):
+    from pathlib import Path
+
+    from specloop.realmodels.training.features import features_root
+    return Path(args.features_dir) if args.features_dir else features_root(args.target) / "answer-recordings"
+
+
+def _pinned_prompts(out_folder) -> dict:
+    """answer-set path -> prompts of the recordings an existing epoch checkpoint in
+    ``out_folder`` trained on (so a growing set resumes on the same prompts)."""
+    from pathlib import Path
+
+    from specloop.realmodels.training.epoch_loop import CHECKPOINT_NAME
+    path = Path(out_folder) / CHECKPOINT_NAME
+    if not path.is_file():
+        return {}
+    import torch
+    state = torch.load(path, weights_only=False, mmap=True, map_location="cpu")
+    pinned = {}
+    for rec in state.get("signature", {}).get("recordings", []):
+        marker = Path(rec) / "source.json"
+        if marker.is_file():
+            source = json.loads(marker.read_text())
+            pinned[source["answers"]] = int(source["prompts"])
+    return pinned
+
+
+def _check_answer_args(args) -> None:
+    """Refuse flag combinations that do not apply, before any model loads."""
+    if args.epochs is None:
+        for flag, value in (("--budget-minutes", args.budget_minutes), ("--checkpoint-every", args.checkpoint_every)):
+            if value is not None:
+                raise ValueError(f"{flag} needs --epochs (a resumable epoch run)")
+    else:
+        if args.epochs < 1:
+            raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
+        if args.steps is not None or args.time_limit is not None:
+            raise ValueError("--epochs sets the run's length; --steps and --time-limit do not apply (use "
+                             "--budget-minutes to stop and resume)")
+        if not (args.answer_sets or args.recordings):
+            raise ValueError("--epochs trains on --from-answers or --from-recording")
+    if args.eval_answers is None and args.eval_prompts is not None:
+        raise ValueError("--eval-prompts needs --eval-answers")
+    if args.eval_prompts is not None and args.eval_prompts < 1:
+        raise ValueError(f"--eval-prompts must be >= 1, got {args.eval_prompts}")
+    if (args.answer_sets or args.eval_answers) and (args.corpus_mix is not None or args.tokens is not None):
+        raise ValueError("--corpus-mix and --tokens choose the feature cache; they do not apply to --from-answers")
+    if args.eval_answers is not None and not (args.answer_sets or args.recordings):
+        raise ValueError("--eval-answers evaluates a run on --from-answers or --from-recording")
+    if args.features_dir is not None and not (args.answer_sets or args.eval_answers):
+        raise ValueError("--features-dir holds the recordings rebuilt from --from-answers / --eval-answers")
+
+
+def _answer_recordings(args, load, out_folder) -> tuple[list, list]:
+    """(training recordings, evaluation recordings) rebuilt or reused from the answer sets."""
+    from pathlib import Path
+    root, pinned = _answers_root(args), _pinned_prompts(out_folder)
+    train = [answers_recording(load, s, root, prompts=pinned.get(str(Path(s).resolve())), progress=not args.json)
+             for s in args.answer_sets or ()]
+    evals = [] if args.eval_answers is None else [
+        answers_recording(load, args.eval_answers, root, prompts=args.eval_prompts or 100, progress=not args.json)]
+    return train, evals

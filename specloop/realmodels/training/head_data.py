@@ -179,7 +179,9 @@ def reduced_vocab_for(config, train_parts, val_part, target_config):
     from specloop.realmodels.training.recording_data import RecordingSplit
     from specloop.realmodels.training.trainer import vocab_counts
     if isinstance(train_parts, RecordingSplit):
-        counts = train_parts.vocab_counts(int(target_config.vocab_size))
+        vocab_size = int(target_config.vocab_size)
+        counts = train_parts.answer_counts(vocab_size) if getattr(config, "vocab_from_answers", False) else \
+            train_parts.vocab_counts(vocab_size)
     else:
         counts = vocab_counts(train_parts, int(target_config.vocab_size))
     val_top1 = heldout_top1(val_part)
@@ -306,7 +308,67 @@ def remap_state_vocab(init: dict, fresh_state: dict, saved, vocab) -> dict:
     return out
 
 
-def train_registered(config, kind: str, loaded, progress: bool, build, train_fn, loss_cfg) -> dict:
+def _train_epochs(config, kind: str, module, loss_cfg, data: tuple, batch_size: int, hooks: dict, loaded,
+                  progress: bool, folder) -> dict:
+    """The resumable epoch run of Medusa / Hydra heads (`epoch_loop`): every anchor of
+    the training prompts once per epoch; when finished, the heads are saved with the
+    epoch report (train / held-out / eval top-1 per head), else only the checkpoint.
+
+    ``data`` = (train split, val split, vocab, held-out top-1 ids, recording note);
+    ``hooks``: ``loss(module, HeadBatch) -> (loss, metrics)``, ``logits(module,
+    HeadBatch) -> (B, K, V_d)``, ``evaluate(logits, d2t, HeadBatch) -> dict``,
+    ``prepare(module)`` (called before training)."""
+    from specloop.realmodels.training.epoch_loop import (CHECKPOINT_NAME, EpochPlan, epoch_report,
+                                                         epoch_signature, pieces_of, run_epochs, write_train_report)
+    train, val, vocab, val_top1, note = data
+    horizon = module.config.num_heads
+    rows = train.epoch_anchors(horizon)
+    plan = EpochPlan(len(rows), batch_size, config.epochs, config.seed)
+    hooks["prepare"](module)
+
+    def step_fn(idx):
+        return hooks["loss"](module, HeadBatch(*train.anchor_batch(rows[idx], horizon)))
+
+    params = [p for p in module.parameters() if p.requires_grad]
+    loop = run_epochs(module, params, step_fn, plan, lr=float(config.lr),
+                      warmup=min(int(config.warmup), plan.total_steps // 10 + 1), checkpoint=folder / CHECKPOINT_NAME,
+                      signature=epoch_signature(config, module.config.to_dict(), loss_cfg.to_dict()),
+                      pieces=pieces_of(config), weight_decay=float(config.weight_decay),
+                      autocast=bool(config.bf16_autocast), progress=progress, desc=kind)
+    report = {**epoch_report(loop, plan, rows.shape[0], kind), "target": config.target,
+              "draft_vocab_size": vocab.size, "train_config": config.to_dict()}
+    if not loop["complete"]:
+        write_train_report(folder, report)
+        return {**report, "path": str(folder)}
+    count = 512 if config.quick else int(getattr(loss_cfg, "eval_positions", 2048))
+
+    def per_head(split) -> tuple[list, dict]:
+        batch = HeadBatch(*split.head_tensors(np.random.default_rng(1234), horizon, count))
+        with torch.no_grad():
+            out = hooks["evaluate"](hooks["logits"](module, batch), module.lm_head.draft_to_target, batch)
+        return [out[f"top1_head{i + 1}"] for i in range(horizon)], out
+
+    report["train_top1_per_step"], _ = per_head(train)
+    report["heldout_top1_per_step"], report["heldout"] = per_head(val)
+    report["heldout_top1"] = report["heldout_top1_per_step"][0]
+    report["vocab_coverage_heldout_top1"] = vocab.coverage(val_top1)
+    if config.eval_recordings:
+        from specloop.realmodels.training.recording_data import open_eval_split
+        split = open_eval_split(config.eval_recordings, config.target, loaded.model, kind)
+        report["eval_top1_per_step"], report["eval"] = per_head(split)
+        report.update(eval_positions=split.positions, eval_vocab_coverage=vocab.coverage(split.top1_labels()),
+                      eval_recordings=[str(r) for r in config.eval_recordings])
+    report["train_config"]["recording_data"] = note
+    report.update(architecture=module.config.to_dict(), loss_config=loss_cfg.to_dict(),
+                  optimizer_steps=report["steps"], positions_seen=report["positions_trained"],
+                  train_seconds=report["seconds"], cached_positions=rows.shape[0])
+    out = save_trained(module, report, config, kind)
+    write_train_report(folder, out)
+    return out
+
+
+def train_registered(config, kind: str, loaded, progress: bool, build, train_fn, loss_cfg,
+                     epoch_hooks: dict | None = None) -> dict:
     """The common body of ``specloop draft train --kind medusa|hydra|small-lm``.
 
     Args:
@@ -317,6 +379,7 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
         train_fn: ``train_fn(module, train_parts, val_part, loop, loss_cfg, checkpoint=,
             signature=, progress=) -> report``.
         loss_cfg: the kind's loss config (dataclass with ``to_dict``).
+        epoch_hooks: what an epoch run (``config.epochs``) needs of the kind (`_train_epochs`).
 
     Returns:
         The report saved in ``draft.json`` (``heldout_top1`` = head 1 / next-token
@@ -347,8 +410,13 @@ def train_registered(config, kind: str, loaded, progress: bool, build, train_fn,
         if vocab is not saved:
             init = remap_state_vocab(init, module.state_dict(), saved, vocab)
         module.load_state_dict(init, strict=True)
-    loop = loop_config_for(config, batch_size)
     folder = Path(config.out_dir) if config.out_dir else draft_dir(config.target, kind)
+    if getattr(config, "epochs", 0):
+        if epoch_hooks is None:
+            raise ValueError(f"{kind} drafts have no epoch run")
+        return _train_epochs(config, kind, module, loss_cfg, (train_parts, val_part, vocab, val_top1, note),
+                             batch_size, epoch_hooks, loaded, progress, folder)
+    loop = loop_config_for(config, batch_size)
     train_only = {k: v for k, v in loss_cfg.to_dict().items() if not k.startswith("eval")}
     signature = json.dumps([config.to_dict(), module.config.to_dict(), train_only], sort_keys=True, default=str)
     raw = train_fn(module, train_parts, val_part, loop, loss_cfg, checkpoint=folder / "checkpoint.pt",

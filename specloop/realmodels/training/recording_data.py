@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 __all__ = ["POSITION_MODES", "VAL_EVERY", "npz_memmaps", "head_layers", "check_recording", "RecordingSplit",
-           "open_recording_splits", "recording_note"]
+           "open_recording_splits", "open_eval_split", "recording_note"]
 
 POSITION_MODES = ("continuation", "all")
 VAL_EVERY = 10                 # prompts with stream_index % VAL_EVERY == 0 are held out
@@ -146,6 +146,7 @@ class _Shard:
     stops: np.ndarray             # int64 (P,)
     labelled: np.ndarray          # bool (N,): label positions of the chosen mode, both splits
     is_val: np.ndarray            # bool (N,): position of a held-out prompt
+    answer_starts: np.ndarray     # int64 (P,): first greedy answer position of each prompt (a + L)
 
 
 def _open_shard(folder: Path, entry: dict, layers, positions: str) -> _Shard:
@@ -164,7 +165,7 @@ def _open_shard(folder: Path, entry: dict, layers, positions: str) -> _Shard:
         labelled[(cont if positions == "continuation" else a):b - 1] = True
         is_val[a:b] = int(index) % VAL_EVERY == 0
     return _Shard(tokens, {x: maps[_layer_key(x)] for x in layers}, maps["topm_ids"], maps["topm_probs"],
-                  hard, starts, stops, labelled, is_val)
+                  hard, starts, stops, labelled, is_val, starts + lengths)
 
 
 def _layer_key(layer: int) -> str:
@@ -302,8 +303,11 @@ class RecordingSplit:
         pools = self.anchor_pools(horizon) if pools is None else pools
         if sum(p.size for p in pools) == 0:
             raise ValueError(f"no {self.name} prompt has {horizon + 1} consecutive labelled positions")
+        return self._anchor_tensors(self._draw(rng, count, pools), horizon)
+
+    def _anchor_tensors(self, groups, horizon: int) -> tuple:
         parts = []
-        for number, t in self._draw(rng, count, pools):
+        for number, t in groups:
             shard = self.shards[number]
             cols = t[:, None] + np.arange(1, horizon + 1)[None, :]
             ids, probs, _ = self._labels(shard, cols)
@@ -312,6 +316,47 @@ class RecordingSplit:
                           np.asarray(last[cols.reshape(-1)], dtype=np.float32).reshape(cols.shape + (-1,)),
                           ids, probs))
         return tuple(torch.from_numpy(np.concatenate([p[i] for p in parts])) for i in range(5))
+
+    # -- epochs: every item once per epoch (`epoch_loop`) ------------------------------
+    def epoch_anchors(self, horizon: int) -> np.ndarray:
+        """int64 (n, 2): every Medusa / Hydra anchor (shard number, position) of
+        `anchor_pools`, in recording order; an epoch visits each once."""
+        rows = [np.stack([np.full(t.size, k, dtype=np.int64), t.astype(np.int64)], 1)
+                for k, t in enumerate(self.anchor_pools(horizon))]
+        out = np.concatenate(rows) if rows else np.zeros((0, 2), dtype=np.int64)
+        if out.shape[0] == 0:
+            raise ValueError(f"no {self.name} prompt has {horizon + 1} consecutive labelled positions")
+        return out
+
+    def anchor_batch(self, rows: np.ndarray, horizon: int) -> tuple:
+        """The `head_data.HeadBatch` fields of anchors ``rows`` (from `epoch_anchors`)."""
+        order = np.lexsort((rows[:, 1], rows[:, 0]))            # shard-sorted: memmap locality
+        rows = rows[order]
+        groups = [(int(k), rows[rows[:, 0] == k, 1]) for k in np.unique(rows[:, 0])]
+        return self._anchor_tensors(groups, horizon)
+
+    def epoch_windows(self, width: int) -> np.ndarray:
+        """int64 (n, 3): EAGLE windows (shard number, start, stop) tiling each prompt
+        with stride ``width - 1`` (window positions 1 .. width-1 carry the labels the
+        TTT loss reads, so each label position but a prompt's first is in exactly one
+        window), keeping windows with a label position of this split."""
+        if width < 3:
+            raise ValueError(f"window must be >= 3 positions, got {width}")
+        want_val, rows = self.name == "val", []
+        for number, shard in enumerate(self.shards):
+            mine = np.concatenate([[0], np.cumsum(shard.labelled & (shard.is_val == want_val))])
+            for a, b in zip(shard.starts, shard.stops):
+                s = np.arange(a, max(a, b - 1), width - 1, dtype=np.int64)
+                e = np.minimum(s + width, b)
+                keep = mine[e] - mine[s + 1] > 0
+                rows += [(number, int(x), int(y)) for x, y in zip(s[keep], e[keep])]
+        if not rows:
+            raise ValueError(f"no {self.name} window has a label position")
+        return np.asarray(rows, dtype=np.int64)
+
+    def window_batch(self, rows: np.ndarray, width: int):
+        """A `trainer.Batch` of windows ``rows`` (from `epoch_windows`), right-padded to ``width``."""
+        return self._batch([tuple(int(v) for v in r) for r in rows], width)
 
     # -- small LM (token windows) -----------------------------------------------------
     def lm_windows(self, width: int, count: int, rng: np.random.Generator):
@@ -330,6 +375,17 @@ class RecordingSplit:
             rows = shard.is_val == (self.name == "val")
             counts += np.bincount(shard.tokens[rows], minlength=vocab_size)[:vocab_size]
             counts += np.bincount(shard.hard[pos], minlength=vocab_size)[:vocab_size]
+        return counts
+
+    def answer_counts(self, vocab_size: int) -> np.ndarray:
+        """float64 (V,): counts of the target's greedy answer tokens of this split's
+        prompts (the answer sets' own target tokens: positions a + L .. b - 1)."""
+        counts = np.zeros(vocab_size, dtype=np.float64)
+        want_val = self.name == "val"
+        for shard in self.shards:
+            for a, first, b in zip(shard.starts, shard.answer_starts, shard.stops):
+                if shard.is_val[a] == want_val and first < b:
+                    counts += np.bincount(shard.tokens[first:b], minlength=vocab_size)[:vocab_size]
         return counts
 
     def top1_labels(self) -> np.ndarray:
@@ -391,6 +447,30 @@ def open_recording_splits(folders, target_name: str, target_model, kind: str, *,
     train = RecordingSplit(shards, "train", layers, soft_targets, top_m)
     val = RecordingSplit(shards, "val", layers, soft_targets, top_m)
     return train, val, recording_note(recordings, shards, positions, soft_targets, train, val)
+
+
+def open_eval_split(folders, target_name: str, target_model, kind: str, *, positions: str = "continuation",
+                    soft_targets: bool = False) -> RecordingSplit:
+    """Every prompt of one or more recordings of held-out prompts (``--eval-answers``)
+    as one "val" `RecordingSplit` (no `VAL_EVERY` rule: none of them is trained on).
+
+    Raises:
+        as `open_recording_splits`.
+    """
+    from specloop.realmodels.recording import open_recording
+    folders = [str(f) for f in ([folders] if isinstance(folders, (str, Path)) else folders)]
+    if not folders:
+        raise ValueError("no evaluation recording given")
+    layers = head_layers(kind, target_model.config)
+    recordings = [open_recording(f) for f in folders]
+    for rec in recordings:
+        check_recording(rec, target_name, target_model, kind)
+    top_m = min(int(rec.settings["top_m"]) for rec in recordings)
+    shards = [_open_shard(rec.folder, entry, layers, positions) for rec in recordings
+              for entry in rec.manifest["shards"]]
+    for shard in shards:
+        shard.is_val[:] = True
+    return RecordingSplit(shards, "val", layers, soft_targets, top_m)
 
 
 def recording_note(recordings, shards, positions: str, soft_targets: bool, train, val) -> dict:

@@ -107,7 +107,9 @@ def _eagle_data(config: TrainConfig, loaded, target_cfg, parts) -> dict:
                                                  positions=config.recording_positions,
                                                  soft_targets=config.recording_soft_targets)
         dtypes = sorted({r["dtype"] for r in note["recordings"]})
-        return {"counts": train.vocab_counts(int(target_cfg.vocab_size)), "val_top1": val.top1_labels(),
+        vocab = int(target_cfg.vocab_size)
+        counts = train.answer_counts(vocab) if config.vocab_from_answers else train.vocab_counts(vocab)
+        return {"counts": counts, "val_top1": val.top1_labels(),
                 "batcher": train.window_sampler(config.window, config.batch_size, seed=config.seed),
                 "val_batcher": val, "feature_dtype": ",".join(dtypes), "note": note}
     train_parts, val_part = parts
@@ -139,6 +141,108 @@ def _new_vocab(config, counts, val_top1, target_cfg) -> ReducedVocab:
     return build_reduced_vocab(counts, size, always=(int(eos),) if isinstance(eos, int) else ())
 
 
+def _train_steps(config: TrainConfig, head: EagleHead, vocab: ReducedVocab, batcher, clock, progress: bool):
+    """The ``steps`` run: random windows, AdamW; returns (decayed per-step top-1 hits,
+    their counts, the last step index)."""
+    from tqdm.auto import tqdm
+    params = head.trainable()
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
+    bar = tqdm(range(config.steps), desc=f"train {config.kind}", disable=not progress)
+    hits = np.zeros(config.ttt_steps)
+    seen = np.zeros(config.ttt_steps)
+    step = 0
+    for step in bar:
+        for group in opt.param_groups:
+            group["lr"] = cosine_lr(step, config.steps, config.lr, warmup=min(config.warmup, config.steps // 10 + 1),
+                                    progress=None if config.time_limit_s is None else clock() / config.time_limit_s)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16_autocast):
+            loss, stats = ttt_loss(head, batcher.sample(), vocab.t2d, vocab.d2t, config.ttt_steps)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        hits = 0.98 * hits + np.array([h for h, _ in stats])
+        seen = 0.98 * seen + np.array([c for _, c in stats])
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1=f"{hits[0] / max(seen[0], 1):.3f}",
+                            cached=batcher.positions)
+        if config.time_limit_s is not None and clock() > config.time_limit_s:
+            break
+    bar.close()
+    return hits, seen, step
+
+
+def _train_epochs(config: TrainConfig, head: EagleHead, vocab: ReducedVocab, data: dict, loaded, init_meta: dict,
+                  progress: bool) -> dict:
+    """The resumable epoch run (`epoch_loop`): windows tiling the training prompts;
+    when finished, the head is saved with the epoch report (`epoch_loop.REPORT_NAME`:
+    train / held-out / eval top-1 per TTT step, vocabulary coverage), else only the
+    checkpoint and a progress report."""
+    from specloop.realmodels.training.epoch_loop import (CHECKPOINT_NAME, EpochPlan, epoch_report,
+                                                         epoch_signature, pieces_of, write_train_report)
+    train, val = data["batcher"].split, data["val_batcher"]
+    folder = Path(config.out_dir) if config.out_dir else draft_dir(config.target, config.kind)
+    rows = train.epoch_windows(config.window)
+    plan = EpochPlan(len(rows), config.batch_size, config.epochs, config.seed)
+
+    def step_fn(idx):
+        loss, stats = ttt_loss(head, train.window_batch(rows[idx], config.window), vocab.t2d, vocab.d2t,
+                               config.ttt_steps)
+        return loss, {"top1": stats[0][0] / max(stats[0][1], 1)}
+
+    from specloop.realmodels.training.epoch_loop import run_epochs
+    loop = run_epochs(head, head.trainable(), step_fn, plan, lr=config.lr,
+                      warmup=min(config.warmup, plan.total_steps // 10 + 1), checkpoint=folder / CHECKPOINT_NAME,
+                      signature=epoch_signature(config, head.config.to_dict()), pieces=pieces_of(config),
+                      weight_decay=config.weight_decay, autocast=config.bf16_autocast, progress=progress,
+                      desc=f"train {config.kind}")
+    report = {**epoch_report(loop, plan, train.positions, config.kind), "target": config.target,
+              "draft_vocab_size": vocab.size, "train_config": config.to_dict()}
+    if not loop["complete"]:
+        write_train_report(folder, report)
+        return {**report, "path": str(folder)}
+    limit = 8 if config.quick else None      # training prompts measured: as many as held out
+    train_limit = limit or max(1, sum(1 for _ in _val_prompts(val)))
+    report["train_top1_per_step"] = evaluate_head(head, train, vocab.t2d, vocab.d2t, config.ttt_steps, train_limit)
+    report["heldout_top1_per_step"] = evaluate_head(head, val, vocab.t2d, vocab.d2t, config.ttt_steps, limit)
+    report["heldout_top1"] = report["heldout_top1_per_step"][0]
+    report["vocab_coverage_heldout_top1"] = vocab.coverage(data["val_top1"])
+    report.update(_eval_recordings(config, loaded, lambda split: evaluate_head(
+        head, split, vocab.t2d, vocab.d2t, config.ttt_steps), vocab))
+    report["train_config"]["recording_data"] = data["note"]
+    report["train_seconds"], report["optimizer_steps"] = report["seconds"], report["steps"]
+    report["positions_seen"] = report["positions_trained"]
+    for key in ("train_seconds", "positions_seen", "optimizer_steps"):
+        report[f"{key}_total"] = report[key] + type(report[key])(init_meta.get(f"{key}_total", init_meta.get(key, 0)))
+    tensors = {**head.state_for_saving(), "d2t": vocab.d2t}
+    save_draft(tensors, {"config": head.config.to_dict(), **report}, config.target, config.kind, folder)
+    write_train_report(folder, {**report, "path": str(folder)})
+    return {**report, "path": str(folder)}
+
+
+def _val_prompts(split):
+    """The prompts `RecordingSplit.iterate_all` visits (first positions; no feature read)."""
+    want = split.name == "val"
+    for shard in split.shards:
+        for a, b in zip(shard.starts, shard.stops):
+            if shard.is_val[a] == want and shard.labelled[a:b].any():
+                yield a
+
+
+def _eval_recordings(config: TrainConfig, loaded, per_step, vocab: ReducedVocab) -> dict:
+    """``eval_top1_per_step`` (``per_step(split)`` on every prompt of
+    ``config.eval_recordings``), ``eval_positions`` and ``eval_vocab_coverage`` (share of
+    their greedy answer tokens inside the reduced vocabulary); {} without them."""
+    if not config.eval_recordings:
+        return {}
+    from specloop.realmodels.training.recording_data import open_eval_split
+    split = open_eval_split(config.eval_recordings, config.target, loaded.model, config.kind,
+                            positions="continuation")
+    return {"eval_top1_per_step": per_step(split), "eval_positions": split.positions,
+            "eval_vocab_coverage": vocab.coverage(split.top1_labels()),
+            "eval_recordings": [str(Path(r).resolve()) for r in config.eval_recordings]}
+
+
 def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> dict:
     """Train an EAGLE (``config.kind == "eagle"``) or EAGLE-3 head and save it.
 
@@ -150,9 +254,8 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
     Returns:
         The report dict saved in ``draft.json`` (held-out top-1 per step, training
         positions seen, distinct cached positions, seconds, vocabulary size and
-        coverage, path).
+        coverage, path); with ``config.epochs`` the epoch report (`_train_epochs`).
     """
-    from tqdm.auto import tqdm
     if config.kind not in ("eagle", "eagle3"):
         raise ValueError(f"train_eagle trains kinds 'eagle' and 'eagle3', got {config.kind!r}")
     torch.manual_seed(config.seed)
@@ -180,30 +283,9 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
             init = remap_state_vocab(init, head.state_dict(), saved, vocab)
         head.load_state_dict(init, strict=True)
     t2d = vocab.t2d
-    params = head.trainable()
-    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.95))
-    bar = tqdm(range(config.steps), desc=f"train {config.kind}", disable=not progress)
-    hits = np.zeros(config.ttt_steps)
-    seen = np.zeros(config.ttt_steps)
-    step = 0
-    for step in bar:
-        for group in opt.param_groups:
-            group["lr"] = cosine_lr(step, config.steps, config.lr, warmup=min(config.warmup, config.steps // 10 + 1),
-                                    progress=None if config.time_limit_s is None else clock() / config.time_limit_s)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16_autocast):
-            loss, stats = ttt_loss(head, batcher.sample(), t2d, vocab.d2t, config.ttt_steps)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        hits = 0.98 * hits + np.array([h for h, _ in stats])
-        seen = 0.98 * seen + np.array([c for _, c in stats])
-        if step % 10 == 0:
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1=f"{hits[0] / max(seen[0], 1):.3f}",
-                            cached=batcher.positions)
-        if config.time_limit_s is not None and clock() > config.time_limit_s:
-            break
-    bar.close()
+    if config.epochs:
+        return _train_epochs(config, head, vocab, data, loaded, init_meta, progress)
+    hits, seen, step = _train_steps(config, head, vocab, batcher, clock, progress)
     train_seconds = clock()
     eval_chunks = 8 if config.quick else None
     heldout = evaluate_head(head, val_batcher, t2d, vocab.d2t, config.ttt_steps, eval_chunks)

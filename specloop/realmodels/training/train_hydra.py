@@ -202,7 +202,10 @@ def train_hydra(config, *, loaded=None, progress: bool = True) -> dict:
         return heads, config.batch_size * (config.window - 1)
 
     loss_cfg = HydraTrainConfig(eval_positions=512 if config.quick else 2048)
-    return train_registered(config, "hydra", loaded, progress, build, train_hydra_heads, loss_cfg)
+    hooks = {"loss": lambda heads, batch: hydra_loss(heads, batch, loss_cfg),
+             "logits": lambda heads, batch: heads.unroll(batch.h, batch.tokens)[1], "evaluate": evaluate_heads,
+             "prepare": lambda heads: heads.lm_head.proj.weight.requires_grad_(loss_cfg.train_lm_head)}
+    return train_registered(config, "hydra", loaded, progress, build, train_hydra_heads, loss_cfg, hooks)
 
 
 def _register() -> None:

@@ -86,7 +86,9 @@ def train_medusa(config, *, loaded=None, progress: bool = True) -> dict:
         return heads, config.batch_size * (config.window - 1)
 
     loss_cfg = MedusaTrainConfig(eval_positions=512 if config.quick else 2048)
-    return train_registered(config, "medusa", loaded, progress, build, train_medusa_heads, loss_cfg)
+    hooks = {"loss": lambda heads, batch: medusa_loss(heads, batch, loss_cfg), "logits": lambda heads, batch: heads(batch.h),
+             "evaluate": evaluate_heads, "prepare": lambda heads: None}
+    return train_registered(config, "medusa", loaded, progress, build, train_medusa_heads, loss_cfg, hooks)
 
 
 def _register() -> None:

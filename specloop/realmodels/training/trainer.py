@@ -82,6 +82,18 @@ class TrainConfig:
             greedy answer token) or "all" (prompt positions too).
         recording_soft_targets: label = the recorded top-m p_target instead of the
             greedy token.
+        epochs: > 0: train ``epochs`` passes over the recordings' items in resumable
+            pieces (`epoch_loop`; ``steps`` and ``time_limit_s`` do not apply); 0: the
+            ``steps`` run. EAGLE / EAGLE-3 / Medusa / Hydra, recordings only.
+        checkpoint_every_steps / checkpoint_every_minutes: an epoch run's piece length
+            (whichever comes first; 0 = not by that measure).
+        budget_minutes: an epoch run stops at the piece boundary before this many
+            minutes of training in this process (checkpoint written; rerun to resume).
+        eval_recordings: recordings of held-out prompts (every prompt evaluated, none
+            trained on): per-step top-1 and reduced-vocabulary coverage in the report.
+        vocab_from_answers: choose the reduced vocabulary from the counts of the
+            target's greedy answer tokens of the training prompts (the answer sets'
+            own target tokens) instead of prompt tokens + labels.
     """
 
     target: str = "smollm2-135m"
@@ -108,11 +120,19 @@ class TrainConfig:
     recording_positions: str = "continuation"
     recording_soft_targets: bool = False
     revocab: bool = False
+    epochs: int = 0
+    checkpoint_every_steps: int = 0
+    checkpoint_every_minutes: float = 10.0
+    budget_minutes: float | None = None
+    eval_recordings: tuple[str, ...] = ()
+    vocab_from_answers: bool = False
 
     def __post_init__(self) -> None:
         if self.revocab and not self.init_from:
             raise ValueError("TrainConfig.revocab needs init_from (a saved draft to continue)")
         self.recordings = tuple(str(r) for r in (self.recordings or ()))
+        self.eval_recordings = tuple(str(r) for r in (self.eval_recordings or ()))
+        self._check_epochs()
         if self.recording_positions not in ("continuation", "all"):
             raise ValueError(f"TrainConfig.recording_positions must be 'continuation' or 'all', "
                              f"got {self.recording_positions!r}")
@@ -128,6 +148,22 @@ class TrainConfig:
             check_mix(self.corpus_mix)
         if self.draft_vocab_size < 0:
             raise ValueError(f"TrainConfig.draft_vocab_size must be >= 0, got {self.draft_vocab_size}")
+
+    def _check_epochs(self) -> None:
+        if self.epochs < 0:
+            raise ValueError(f"TrainConfig.epochs must be >= 0, got {self.epochs}")
+        if not self.epochs:
+            if self.budget_minutes is not None:
+                raise ValueError("TrainConfig.budget_minutes needs epochs (a resumable epoch run)")
+            return
+        if not self.recordings:
+            raise ValueError("TrainConfig.epochs trains on recordings (--from-answers / --from-recording)")
+        if self.kind not in ("eagle", "eagle3", "medusa", "hydra"):
+            raise ValueError(f"an epoch run trains eagle, eagle3, medusa or hydra, not {self.kind!r}")
+        if self.time_limit_s is not None:
+            raise ValueError("an epoch run stops by budget_minutes (--budget-minutes), not time_limit_s")
+        from specloop.realmodels.training.epoch_loop import PieceSettings
+        PieceSettings(self.checkpoint_every_steps, self.checkpoint_every_minutes, self.budget_minutes)
 
     def to_dict(self) -> dict:
         return asdict(self)
