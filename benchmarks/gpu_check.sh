@@ -1,82 +1,29 @@
 #!/usr/bin/env bash
-# GPU readiness check, for a CUDA machine; about 8 minutes at most.
+# GPU readiness check for a CUDA machine with no network; 8 minutes at most.
 #
 #   bash benchmarks/gpu_check.sh [OUT_DIR]       # default: $OUT, else ./gpu_check_out
 #
-# 1. the lossless SmolLM2 tests with the target on CUDA (SPECLOOP_TEST_DEVICE=cuda):
-#    EAGLE / Hydra / hedge+suffix / online EAGLE heads, greedy == plain greedy;
-# 2. a real-model decode on CUDA (SmolLM2-135M, float32 and bfloat16, drafters ngram,
-#    suffix, eagle, eagle3, medusa, hydra): tokens/s with synchronised timing and whether
-#    the float32 greedy output equals plain greedy, as JSON (decode.json);
-# 3. pytest's JUnit XML (lossless_tests.xml) and a summary (gpu_check.json).
-# Without CUDA it exits 2 with a message. Exit 1 if a test fails or an output differs.
+# Installs specloop with `pip install --no-deps -e .` over the machine's own torch and
+# transformers (pyproject declares a torch range; nothing is fetched), then runs
+# benchmarks/gpu_check.py on models built on the device: a tiny random Llama for
+# lossless greedy (every drafter needing no shipped artefact; chain, static tree,
+# EAGLE-2 tree) and a sampling chi-square, and a random-weight Llama-3-8B-shaped model
+# in bfloat16 for syncs per round, round overhead and verify cost against width (after
+# a warm-up). Every section runs even if an earlier one fails; the one JSON
+# ($OUT_DIR/gpu_check.json) lists what failed. Without CUDA it exits 2.
+# Exit 0 when every section passed, 1 otherwise.
 set -u
 OUT_DIR="${1:-${OUT:-./gpu_check_out}}"
 mkdir -p "$OUT_DIR"
+cd "$(dirname "$0")/.."
 if ! python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
     echo "gpu_check.sh: no CUDA device (torch.cuda.is_available() is False); run it on a GPU machine" >&2
     exit 2
 fi
-cd "$(dirname "$0")/.."
-start=$(date +%s)
-SPECLOOP_TEST_DEVICE=cuda timeout 300 python -m pytest -q -x \
-    tests/realmodels/test_heads_eagle_smollm2.py tests/realmodels/test_heads_hydra_smollm2.py \
-    tests/realmodels/test_hedge_suffix_smollm2.py tests/realmodels/test_online_eagle_smollm2.py \
-    tests/realmodels/test_published_heads.py tests/integrations \
-    --junitxml="$OUT_DIR/lossless_tests.xml" > "$OUT_DIR/lossless_tests.log" 2>&1
-tests_rc=$?
-tail -3 "$OUT_DIR/lossless_tests.log"
-timeout 170 python - "$OUT_DIR/decode.json" <<'PY'
-import json, sys, time
-import torch
-from specloop.realmodels.decoder import SpeculativeDecoder
-from specloop.realmodels.registry.drafters import make_drafter
-from specloop.realmodels.loading import load_model
-from specloop.realmodels.policy import FixedDraftPolicy
-
-PROMPTS = ["def quicksort(xs):\n    ", "Explain speculative decoding in one paragraph.", "import numpy as np\n\n"]
-N = 64
-rows, all_same = [], True
-for dtype in ("float32", "bfloat16"):
-    target = load_model("smollm2-135m", dtype=dtype, device="cuda")
-    tok = target.tokenizer
-    ids = [tok(p).input_ids for p in PROMPTS]
-    plain = []
-    torch.cuda.synchronize(); t0 = time.perf_counter()
-    for prompt in ids:
-        out = target.model.generate(torch.tensor([prompt], device="cuda"), do_sample=False, max_new_tokens=N)
-        plain.append(out[0, len(prompt):].tolist())
-    torch.cuda.synchronize(); base = sum(map(len, plain)) / (time.perf_counter() - t0)
-    rows.append({"dtype": dtype, "drafter": "hf-greedy", "tokens_per_s": base})
-    for name in ("ngram", "suffix", "eagle", "eagle3", "medusa", "hydra"):
-        try:
-            drafter = make_drafter(name, target, dtype=dtype, train_if_missing=False, progress=False)
-            decoder = SpeculativeDecoder(target, drafter, policy=FixedDraftPolicy(5))
-            outs = []
-            torch.cuda.synchronize(); t0 = time.perf_counter()
-            for prompt in ids:
-                outs.append(decoder.generate(prompt, max_new_tokens=N).new_tokens)
-            torch.cuda.synchronize(); secs = time.perf_counter() - t0
-            # EOS can end a run earlier than HF's max_new_tokens: compare the common prefix length too
-            same = all(o == p[:len(o)] for o, p in zip(outs, plain))
-            row = {"dtype": dtype, "drafter": name, "tokens_per_s": sum(map(len, outs)) / secs,
-                   "speedup": sum(map(len, outs)) / secs / base, "identical_to_greedy": same}
-            if dtype == "float32":
-                all_same &= same
-        except Exception as exc:                       # record and go on: one broken drafter is a finding
-            row = {"dtype": dtype, "drafter": name, "error": f"{type(exc).__name__}: {exc}"}
-            all_same = False
-        rows.append(row)
-        print(row, flush=True)
-json.dump({"device": torch.cuda.get_device_name(0), "max_new_tokens": N, "prompts": len(PROMPTS), "rows": rows,
-           "float32_identical_to_greedy": all_same}, open(sys.argv[1], "w"), indent=1)
-sys.exit(0 if all_same else 1)
-PY
-decode_rc=$?
-python - "$OUT_DIR" "$tests_rc" "$decode_rc" "$(( $(date +%s) - start ))" <<'PY'
-import json, sys
-out, tests_rc, decode_rc, secs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-json.dump({"lossless_tests_rc": tests_rc, "decode_rc": decode_rc, "seconds": secs}, open(f"{out}/gpu_check.json", "w"))
-print(f"gpu_check: tests rc {tests_rc}, decode rc {decode_rc}, {secs} s; results in {out}")
-PY
-[ "$tests_rc" -eq 0 ] && [ "$decode_rc" -eq 0 ]
+python -m pip install --quiet --no-deps --no-build-isolation --no-index -e . > "$OUT_DIR/install.log" 2>&1 \
+    || echo "gpu_check.sh: pip install --no-deps -e . failed (see install.log); running from the source tree" >&2
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+timeout 480 python benchmarks/gpu_check.py --device cuda --out "$OUT_DIR/gpu_check.json" 2>&1 | tee "$OUT_DIR/gpu_check.log"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 124 ] && echo "gpu_check.sh: stopped at the 8-minute limit" >&2
+exit "$rc"

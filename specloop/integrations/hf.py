@@ -23,7 +23,9 @@ Mapped settings: ``max_new_tokens`` / ``max_length`` (through ``generation_confi
 max_length``), the EOS ids, ``do_sample`` with ``temperature``, ``top_k``, ``top_p``
 (specloop's `SamplingConfig`, same order as transformers' warpers), and
 ``return_dict_in_generate`` (a ``GenerateDecoderOnlyOutput`` holding ``sequences``).
-Refused with a one-line ``ValueError``: batch > 1, beam search / several return
+Refused with a one-line ``ValueError``: an attention implementation that cannot take
+the 4D tree mask (flash-attention: load the model with ``attn_implementation="sdpa"``),
+batch > 1, beam search / several return
 sequences, padded attention masks, any other logits processor (repetition penalty,
 min_new_tokens, bad words, ...), stopping criteria other than length and EOS,
 scores / logits / attentions / hidden states in the output.
@@ -178,6 +180,8 @@ def speculative_generate(model, input_ids: torch.Tensor, logits_processor=None, 
     gc = generation_config if generation_config is not None else model.generation_config
     sampling = sampling_from_generation_config(gc)
     _check_supported(input_ids, logits_processor, stopping_criteria, gc, model_kwargs)
+    from specloop.realmodels.kvcache import check_tree_attention
+    check_tree_attention(model, "the model")        # before any drafter is built
     if streamer is None:
         streamer = _generate_streamer()          # generate has put the prompt already
     else:

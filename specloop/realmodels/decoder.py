@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import Drafter
-from specloop.realmodels.kvcache import model_forward
+from specloop.realmodels.kvcache import check_tree_attention, model_forward
 from specloop.realmodels.padding import calibrate_verify_widths, check_widths
 from specloop.realmodels.policy import FixedDraftPolicy
-from specloop.realmodels.sampling import SamplingConfig, check_finite
+from specloop.realmodels.sampling import SamplingConfig, check_logits_sum
 from specloop.realmodels.session import DecodeSession, GenerationResult
 from specloop.strategies.base import DraftPolicy
 from specloop.strategies.engine import drive_round
@@ -162,7 +162,9 @@ class SpeculativeDecoder:
             0.74-0.84x the eager time in bfloat16, 0.82-0.93x in float32).
 
     Raises:
-        ValueError: an invalid policy or drafter object, or invalid verify_widths.
+        ValueError: an invalid policy or drafter object, invalid verify_widths, or a
+            target whose attention implementation cannot take the 4D tree mask
+            (flash-attention; `kvcache.check_tree_attention`).
     """
 
     def __init__(self, target, drafter: Drafter, *, policy: DraftPolicy | None = None,
@@ -184,6 +186,7 @@ class SpeculativeDecoder:
         else:
             self.eos_ids = {int(e) for e in (eos_token_id if isinstance(eos_token_id, (list, tuple, set))
                                              else [eos_token_id])}
+        check_tree_attention(self.model, "the target model")
         self.device = next(self.model.parameters()).device
         self.dtype = next(self.model.parameters()).dtype
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
@@ -243,20 +246,21 @@ class SpeculativeDecoder:
         return block if self.verify_widths is None else self.verify_widths.get(block, block)
 
     # -- target forward --------------------------------------------------------
-    def _forward(self, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor):
+    def _forward(self, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                 check: bool = True):
         """One verification forward: (float32 logits (n, V), hidden states or None).
 
+        ``check=False`` leaves the NaN / +inf check to the caller (the session folds
+        it into the round's one device-to-host read, `check_logits_sum`).
+
         Raises:
-            ValueError: NaN / +inf logits.
+            ValueError: NaN / +inf logits (``check``).
         """
         hidden = bool(self.drafter.needs_target_hidden)
         out = model_forward(self._verify_model, cache, input_ids, mask, positions, hidden)
         logits = out.logits[0].float()
-        # one cheap reduction instead of two full isnan / isposinf passes: the sum is
-        # NaN or +inf iff some logit is NaN or +inf (-inf alone, a masked token, is allowed)
-        total = float(logits.sum())
-        if total != total or total == float("inf"):
-            check_finite(logits, "target model")
+        if check:
+            check_logits_sum(float(logits.sum()), logits)
         layers = None
         if hidden:
             layers = tuple(out.hidden_states[i][0] for i in self.drafter.needs_target_hidden)

@@ -12,7 +12,23 @@ import functools
 
 import torch
 
-__all__ = ["cache_length", "crop", "keep_positions", "compact", "cache_tensors", "new_cache"]
+__all__ = ["cache_length", "crop", "keep_positions", "compact", "cache_tensors", "new_cache",
+           "check_tree_attention", "TREE_MASK_ATTENTION"]
+
+#: attention implementations that take the decoder's 4D additive float tree mask as given
+TREE_MASK_ATTENTION = ("sdpa", "eager")
+
+
+def check_tree_attention(model, who: str = "the target model") -> None:
+    """Raise ValueError (one line) when ``model``'s attention implementation cannot take
+    a 4D additive float mask (flash-attention drops or rejects it, so a tree or a chain
+    would be verified with the wrong attention); sdpa and eager can (None = unknown,
+    accepted: a model that is not a transformers model)."""
+    config = getattr(getattr(model, "_orig_mod", model), "config", None)
+    impl = getattr(config, "_attn_implementation", None)
+    if impl is not None and impl not in TREE_MASK_ATTENTION:
+        raise ValueError(f"{who} uses attn_implementation={impl!r}, which cannot take the decoder's 4D tree mask; "
+                         "load it with attn_implementation=\"sdpa\" (or \"eager\")")
 
 
 def new_cache():
@@ -46,9 +62,13 @@ def keep_positions(cache, keep: torch.Tensor) -> None:
     if int(keep[-1]) == m - 1:
         crop(cache, m)
         return
+    index: dict = {}                  # one copy of the index per device, not one per layer
     with torch.inference_mode():      # like the forwards that made them (a compiled forward guards on it)
         for layer in cache.layers:
-            idx = keep.to(layer.keys.device)
+            device = layer.keys.device
+            idx = index.get(device)
+            if idx is None:
+                idx = index[device] = keep.to(device)
             layer.keys = layer.keys.index_select(-2, idx)
             layer.values = layer.values.index_select(-2, idx)
 
@@ -101,13 +121,13 @@ def model_forward(model, cache, input_ids: torch.Tensor, mask: torch.Tensor, pos
 
 def causal_forward(model, cache, input_ids: torch.Tensor, output_hidden_states: bool = False,
                    logits_to_keep: int = 0):
-    """Feed ``input_ids`` (int64 (n,), n >= 1) causally after the cache's tokens."""
-    from specloop.realmodels.tree import additive_mask
+    """Feed ``input_ids`` (int64 (n,), n >= 1) causally after the cache's tokens.
+
+    No mask is built: the model's own causal masking (from the cache length) is what a
+    plain causal forward needs, for every attention implementation (a dense (n, n)
+    float mask for a long prompt was memory and time for nothing)."""
     n = int(input_ids.shape[0])
     start = cache_length(cache)
-    visible = torch.ones((n, start + n), dtype=torch.bool)
-    visible[:, start:] = torch.ones((n, n), dtype=torch.bool).tril()
-    param = next(model.parameters())
-    mask = additive_mask(visible, param.dtype, param.device)
-    positions = torch.arange(start, start + n)[None]
-    return model_forward(model, cache, input_ids, mask, positions, output_hidden_states, logits_to_keep)
+    device = next(model.parameters()).device
+    positions = torch.arange(start, start + n, device=device)[None]
+    return model_forward(model, cache, input_ids, None, positions, output_hidden_states, logits_to_keep)

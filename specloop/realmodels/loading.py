@@ -565,7 +565,11 @@ def load_model(name_or_path: str = "smollm2-135m", *, dtype: str | torch.dtype =
     from transformers import AutoModelForCausalLM, AutoTokenizer
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype, local_files_only=True)
+        # sdpa: the decoder verifies with a 4D additive float tree mask, which flash-attention
+        # cannot take (`kvcache.check_tree_attention`); pinned so an installed flash-attn
+        # package is never picked for the target
+        model = AutoModelForCausalLM.from_pretrained(str(source), dtype=torch_dtype, local_files_only=True,
+                                                     attn_implementation="sdpa")
     except OSError as exc:
         raise FileNotFoundError(f"cannot load {name_or_path!r} from local files ({source}): {exc}") from exc
     model.to(device)

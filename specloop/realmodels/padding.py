@@ -59,8 +59,8 @@ def pad_block(tokens: torch.Tensor, parents: torch.Tensor, width: int, filler: i
         raise ValueError(f"verify width {width} is smaller than the block ({tokens.shape[0] + 1} tokens)")
     if pad == 0:
         return tokens, parents
-    return (torch.cat([tokens.long(), torch.full((pad,), int(filler), dtype=torch.long)]),
-            torch.cat([parents.long(), torch.full((pad,), -1, dtype=torch.long)]))
+    return (torch.cat([tokens.long(), torch.full((pad,), int(filler), dtype=torch.long, device=tokens.device)]),
+            torch.cat([parents.long(), torch.full((pad,), -1, dtype=torch.long, device=parents.device)]))
 
 
 def _time_widths(model, cache, max_width: int, repeats: int, sync) -> dict[int, float]:

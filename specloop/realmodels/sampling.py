@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingConfig", "processed_probs", "check_finite", "sample_from"]
+__all__ = ["SamplingConfig", "processed_probs", "check_finite", "check_logits_sum", "sample_from"]
 
 
 @dataclass(frozen=True)
@@ -57,18 +57,30 @@ def _is_real(value) -> bool:
 
 
 def check_finite(logits: torch.Tensor, who: str) -> None:
-    """Raise ValueError if ``logits`` hold NaN (or +inf), naming the model."""
-    if torch.isnan(logits).any() or torch.isposinf(logits).any():
+    """Raise ValueError if ``logits`` hold NaN (or +inf), naming the model (one
+    device read)."""
+    if bool((torch.isnan(logits) | torch.isposinf(logits)).any()):
         raise ValueError(f"{who} produced NaN/inf logits (shape {tuple(logits.shape)}); "
                          "check the model weights and dtype")
 
 
-def processed_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+def check_logits_sum(total: float, logits: torch.Tensor) -> None:
+    """Raise ValueError when ``total`` (the sum of ``logits``) is NaN or +inf: one cheap
+    reduction instead of two full isnan / isposinf passes, since the sum is NaN or +inf
+    iff some logit is NaN or +inf (-inf alone, a masked token, is allowed)."""
+    if total != total or total == float("inf"):
+        check_finite(logits, "target model")
+
+
+def processed_probs(logits: torch.Tensor, config: SamplingConfig, check: bool = True) -> torch.Tensor:
     """Turn logits into the distribution tokens are drawn from.
 
     Args:
         logits: float tensor (..., V).
         config: the `SamplingConfig` (same one for p_target and q_draft).
+        check: raise on NaN logits here (a device read); False leaves the check to
+            the caller (a drafter on an accelerator checks all its steps' logits
+            once, with `check_finite`, before returning its proposal).
 
     Returns:
         float32 tensor (..., V), rows summing to 1: one-hot at the argmax when
@@ -78,7 +90,8 @@ def processed_probs(logits: torch.Tensor, config: SamplingConfig) -> torch.Tenso
     Raises:
         ValueError: NaN logits.
     """
-    check_finite(logits, "model")
+    if check:
+        check_finite(logits, "model")
     logits = logits.float()
     if config.greedy:
         out = torch.zeros_like(logits)

@@ -33,8 +33,8 @@ import torch
 from specloop.realmodels.drafters.base import DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.kvcache import cache_length, causal_forward, compact, keep_positions, new_cache
 from specloop.realmodels.padding import pad_block
-from specloop.realmodels.sampling import check_finite, processed_probs
-from specloop.realmodels.tree import node_depths, verify_block_inputs
+from specloop.realmodels.sampling import check_finite, check_logits_sum, processed_probs
+from specloop.realmodels.tree import block_inputs, node_depths
 from specloop.realmodels.verify import VerifyOutcome, children_lists, verify_greedy, verify_tree
 from specloop.record import RoundRecord, Trace
 from specloop.strategies.base import DraftPlan, PlanState, TreeCandidates
@@ -107,17 +107,25 @@ class TargetPass:
     """The target's verification forward over one proposal (`DecodeSession.target_pass`).
 
     Attributes:
-        proposal: the verified `DraftProposal` (n nodes).
-        logits: float32 (n + 1, V): row 0 after the pending token, row i + 1 after node i.
+        proposal: the verified `DraftProposal` (n nodes; tokens / parents on the host).
+        logits: float32 (n + 1, V) on the target's device: row 0 after the pending
+            token, row i + 1 after node i (None in a replay).
         hidden: tuple of (n + 1, H) hidden states (the drafter's ``needs_target_hidden``
             layers) or None.
         cache_length: the cache length before the forward (positions of the block
             start there).
+        parent_rows: int64 (n,) on the logits' device, ``parents + 1`` (the row each
+            node's token is judged against), or None (then made from the proposal).
+        checked: False when the forward left the NaN / +inf check of the logits to
+            `host_values` (greedy rounds: it joins the round's one device read).
     """
 
-    def __init__(self, proposal: DraftProposal, logits: torch.Tensor, hidden, cache_len: int):
+    def __init__(self, proposal: DraftProposal, logits: torch.Tensor, hidden, cache_len: int,
+                 parent_rows: torch.Tensor | None = None, checked: bool = True):
         self.proposal, self.logits, self.hidden, self.cache_length = proposal, logits, hidden, cache_len
+        self.parent_rows, self._checked = parent_rows, checked
         self._argmax = None
+        self._host = None
 
     @property
     def argmax(self) -> torch.Tensor:
@@ -126,6 +134,38 @@ class TargetPass:
         if self._argmax is None:
             self._argmax = self.logits.max(-1).indices
         return self._argmax
+
+    def host_values(self) -> tuple[list[int], list[float] | None]:
+        """What greedy acceptance and the record need from the device, in one
+        device-to-host copy (made once): the argmax row as n + 1 ints, and with a
+        q_draft each node's q at its parent row's argmax (0 outside the draft
+        vocabulary or off a replay's recorded path; else None). The logits' sum rides
+        along when the forward left the NaN / +inf check out.
+
+        Raises:
+            ValueError: NaN / +inf logits.
+        """
+        if self._host is not None:
+            return self._host
+        argmax = self.argmax
+        parts = [argmax.double()]
+        check = self.logits is not None and not self._checked
+        if check:
+            parts.append(self.logits.sum().double().reshape(1))
+        q, n = self.proposal.q_draft, self.proposal.size
+        if q is not None and n:
+            rows = self.parent_rows if self.parent_rows is not None else self.proposal.parents + 1
+            at = argmax.to(q.device)[rows.to(q.device)]
+            inside = (at >= 0) & (at < q.shape[-1])
+            q_at = q.gather(1, at.clamp(0, q.shape[-1] - 1).reshape(-1, 1)).reshape(-1).double()
+            parts.append((q_at * inside).to(argmax.device))
+        values = torch.cat(parts).tolist()
+        width = int(argmax.shape[0])
+        if check:
+            check_logits_sum(values[width], self.logits)
+            self._checked = True
+        self._host = ([int(v) for v in values[:width]], values[width + int(check):] if q is not None and n else None)
+        return self._host
 
 
 class DecodeSession:
@@ -240,7 +280,7 @@ class DecodeSession:
         if cap <= 0:
             return DraftProposal.empty()
         d = self.decoder
-        ids = torch.tensor(self.seq, dtype=torch.long, device=d.device)
+        ids = torch.tensor(self.seq, dtype=torch.long, device="cpu")      # host: drafters read it as a list
         request = DraftRequest(ids, plan, self.room - 1, d.sampling, d.generator, len(self.trace), hooks)
         proposal = self.drafter.propose(request)
         self._phases.mark("draft")
@@ -252,9 +292,11 @@ class DecodeSession:
 
     def _clip(self, proposal: DraftProposal, max_depth: int, max_nodes: int) -> DraftProposal:
         """Check a proposal and drop nodes deeper than ``max_depth`` or beyond
-        ``max_nodes`` (both keep the tree closed under ancestors)."""
+        ``max_nodes`` (both keep the tree closed under ancestors). Tokens and parents
+        come to the host first (one copy when a drafter left them on its device)."""
         if proposal.size == 0:
             return proposal
+        proposal = _on_host(proposal)
         vocab = self.decoder.vocab_size
         tokens = proposal.tokens.reshape(-1)
         low, high = int(tokens.min()), int(tokens.max())
@@ -265,35 +307,41 @@ class DecodeSession:
         if q is not None and q.shape[-1] > vocab:
             raise ValueError(f"draft vocabulary ({q.shape[-1]}) is larger than the target's ({vocab}); "
                              "refusing to verify")
-        if tokens.device.type != "cpu" or proposal.parents.device.type != "cpu":
-            proposal = dataclasses.replace(proposal, tokens=tokens.cpu(), parents=proposal.parents.cpu())
         depths = node_depths(proposal.parents)
-        keep = (depths <= max_depth) & (torch.arange(proposal.size) < max_nodes)
+        keep = (depths <= max_depth) & (torch.arange(proposal.size, device="cpu") < max_nodes)
         if bool(keep.all()):
             return proposal
         return proposal.subset(torch.nonzero(keep).reshape(-1))
 
     def target_pass(self, proposal: DraftProposal) -> TargetPass:
         """The target's one verification forward over [pending] + the proposal's nodes
-        (tree mask, padded to the calibrated width; padding rows dropped)."""
+        (tree mask, padded to the calibrated width; padding rows dropped). The block's
+        tokens, positions and mask travel to the device in one copy
+        (`tree.block_inputs`); under greedy decoding the NaN check of the logits
+        joins the round's one read back (`TargetPass.host_values`)."""
         d = self.decoder
         cache_len = cache_length(self.cache)
         size = proposal.size + 1
         tokens, parents = pad_block(proposal.tokens.cpu(), proposal.parents.cpu(), d._verify_width(size),
                                     self.seq[-1])
-        mask, positions = verify_block_inputs(parents, cache_len, d.dtype, d.device)
-        block = torch.cat([torch.tensor(self.seq[-1:], dtype=torch.long), tokens])
+        block = block_inputs(self.seq[-1], tokens, parents, cache_len, d.dtype, d.device)
         self._phases.mark("mask_positions")
-        logits, hidden = d._forward(self.cache, block, mask, positions)
+        greedy = d.sampling.greedy
+        logits, hidden = d._forward(self.cache, block.input_ids, block.mask, block.positions, check=not greedy)
         self._phases.mark("target_forward")
-        return TargetPass(proposal, logits[:size], hidden, cache_len)
+        return TargetPass(proposal, logits[:size], hidden, cache_len, block.parent_rows[:size - 1],
+                          checked=not greedy)
 
     def accept(self, passed: TargetPass) -> tuple[VerifyOutcome, torch.Tensor | None]:
-        """The accepted path and next token (greedy fast path or `verify_tree`), and
-        the target's processed probabilities (None on the greedy fast path)."""
+        """The accepted path and next token, and the target's processed probabilities
+        (None under greedy decoding). Greedy rounds always take `verify_greedy` on the
+        target's argmax, for every drafter: with one-hot p rows `verify_tree` accepts a
+        drafted token iff it is the argmax and a rejection leaves p one-hot at it,
+        whatever q_draft is, so the result (uniform drawn included) is the same and no
+        (V,) row leaves the device."""
         d, proposal = self.decoder, passed.proposal
-        if d.sampling.greedy and proposal.q_draft is None:
-            outcome = verify_greedy(passed.argmax.tolist(), proposal.tokens.tolist(), proposal.parents.tolist(),
+        if d.sampling.greedy:
+            outcome = verify_greedy(passed.host_values()[0], proposal.tokens.tolist(), proposal.parents.tolist(),
                                     d.generator)
             return outcome, None
         p_target = processed_probs(passed.logits, d.sampling)
@@ -311,7 +359,7 @@ class DecodeSession:
         """
         proposal = passed.proposal
         if root_only:
-            outcome, p_target = VerifyOutcome((), int(passed.argmax[0]), ()), None
+            outcome, p_target = VerifyOutcome((), passed.host_values()[0][0], ()), None
         else:
             outcome, p_target = self.accept(passed)
         self._phases.mark("acceptance")
@@ -343,8 +391,8 @@ class DecodeSession:
 
     def _keep_accepted(self, passed: TargetPass, accepted: list[int]) -> None:
         """Prune the target's cache to the prefix, the pending token and the accepted nodes."""
-        keep = torch.cat([torch.arange(passed.cache_length + 1),
-                          passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long)])
+        keep = torch.cat([torch.arange(passed.cache_length + 1, device="cpu"),
+                          passed.cache_length + 1 + torch.tensor(accepted, dtype=torch.long, device="cpu")])
         keep_positions(self.cache, keep)
         if getattr(self.decoder, "compiled", False):
             compact(self.cache)
@@ -362,16 +410,19 @@ class DecodeSession:
                   eos: bool) -> VerifyFeedback:
         accepted = list(outcome.accepted_nodes)
         rows = [0] + [1 + j for j in accepted]
-        row_logits = passed.logits[rows]
+        # the accepted rows: a slice when they are the block's first (every chain), else
+        # one index copied to the device once for the logits, argmax and hidden states
+        pick = _rows_index(rows, passed.logits.device)
+        row_logits = passed.logits[pick]
         if p_target is None:  # greedy fast path: the one-hot rows of the accepted path only
-            row_probs = torch.zeros_like(row_logits).scatter_(-1, passed.argmax[rows].reshape(-1, 1), 1.0)
+            row_probs = torch.zeros_like(row_logits).scatter_(-1, passed.argmax[pick].reshape(-1, 1), 1.0)
         else:
-            row_probs = p_target[rows]
+            row_probs = p_target[pick.to(p_target.device) if torch.is_tensor(pick) else pick]
         hidden = passed.hidden
         return VerifyFeedback(
             proposal=passed.proposal, accepted_nodes=tuple(accepted),
-            committed_tokens=torch.tensor(committed, dtype=torch.long), p_target=row_probs,
-            target_logits=row_logits, target_hidden=None if hidden is None else tuple(h[rows] for h in hidden),
+            committed_tokens=torch.tensor(committed, dtype=torch.long, device="cpu"), p_target=row_probs,
+            target_logits=row_logits, target_hidden=None if hidden is None else tuple(h[pick] for h in hidden),
             child_acceptance_ratios=outcome.child_acceptance_ratios,
             finished=eos or len(committed) >= self.remaining)
 
@@ -386,6 +437,28 @@ class DecodeSession:
     def result(self):
         """The `GenerationResult` of the prompt so far."""
         return GenerationResult(self.ids, list(self.new_tokens), self.trace, self.stop_reason, self.prefill_time)
+
+
+def _on_host(proposal: DraftProposal) -> DraftProposal:
+    """The proposal with its tokens and parents on the host (one device read when both
+    were left on a device; q_draft and node_probs stay where they are)."""
+    tokens, parents = proposal.tokens.reshape(-1), proposal.parents
+    on_dev = tokens.device.type != "cpu", parents.device.type != "cpu"
+    if not any(on_dev):
+        return proposal
+    if all(on_dev) and tokens.device == parents.device:
+        both = torch.stack([tokens.long(), parents.long()]).cpu()
+        tokens, parents = both[0], both[1]
+    else:
+        tokens, parents = tokens.cpu(), parents.cpu()
+    return dataclasses.replace(proposal, tokens=tokens, parents=parents)
+
+
+def _rows_index(rows: list[int], device: torch.device):
+    """``rows`` as an index: a slice when they are 0..m-1, else an int64 tensor on ``device``."""
+    if rows == list(range(len(rows))):
+        return slice(0, len(rows))
+    return torch.tensor(rows, dtype=torch.long, device="cpu").to(device)
 
 
 def _has_hooks(policy) -> bool:
@@ -442,21 +515,22 @@ def _position_acceptance(passed: TargetPass, p_target, proposal: DraftProposal, 
     path and the first position past it that had a drafted child (the first child tried
     there): the draft's per-position acceptance probability (a point-mass q gives
     p_j(x_j); greedy p is one-hot). ``p_target`` None: greedy, read from the pass's
-    argmax (the replay's greedy rows of a draft with q_draft give q_j(argmax))."""
+    host argmax and q at it (`TargetPass.host_values`; the replay's greedy rows of a
+    draft with q_draft give q_j(argmax))."""
     if proposal.size == 0:
         return ()
     kids = children_lists(proposal.parents.cpu())
+    tokens = proposal.tokens.tolist()
     out, parent = [], -1
     for j in range(len(accepted) + 1):
         node = accepted[j] if j < len(accepted) else (kids.get(parent) or [None])[0]
         if node is None:
             break
-        token = int(proposal.tokens[node])
+        token = tokens[node]
         if p_target is None and proposal.q_draft is None:   # greedy, point-mass draft
-            out.append(float(int(passed.argmax[parent + 1]) == token))
+            out.append(float(passed.host_values()[0][parent + 1] == token))
         elif p_target is None:        # greedy p (one-hot at the argmax) against q: q(argmax), as the dense path
-            greedy, q = int(passed.argmax[parent + 1]), proposal.q_draft[node]
-            out.append(float(q[greedy]) if 0 <= greedy < q.shape[0] else 0.0)
+            out.append(float(passed.host_values()[1][node]))
         else:
             p = p_target[parent + 1].double().cpu()
             if proposal.q_draft is None:

@@ -56,7 +56,7 @@ def children_lists(parents: torch.Tensor) -> dict[int, list[int]]:
 
 def _q_row(q_draft: torch.Tensor | None, node: int, token: int, vocab: int) -> torch.Tensor:
     """The (V,) float64 distribution node ``node`` was drawn from (zero-padded)."""
-    row = torch.zeros(vocab, dtype=torch.float64)
+    row = torch.zeros(vocab, dtype=torch.float64, device="cpu")
     if q_draft is None:
         row[token] = 1.0
     else:
@@ -104,7 +104,8 @@ def verify_tree(p_target: torch.Tensor, tokens: torch.Tensor, parents: torch.Ten
                                  "q_draft must be the distribution the token was sampled from")
             ratio = float(min(1.0, p[x].item() / q[x].item()))
             probs.append(ratio)
-            if ratio >= 1.0 or (ratio > 0.0 and torch.rand((), generator=generator, dtype=torch.float64).item() < ratio):
+            if ratio >= 1.0 or (ratio > 0.0 and torch.rand((), generator=generator, device=generator.device,
+                                                                  dtype=torch.float64).item() < ratio):
                 next_node = child
                 break
             residual = torch.clamp(p - q, min=0.0)

@@ -57,11 +57,11 @@ import torch
 
 from specloop.realmodels.sampling import SamplingConfig
 from specloop.strategies.base import DraftPlan, TreeCandidates
-from specloop.strategies.engine import layer_draft_step
+from specloop.strategies.engine import RoundHooks, layer_draft_step
 from specloop.strategies.subtree import reindex_parents
 
 __all__ = ["DraftRequest", "DraftProposal", "VerifyFeedback", "Drafter", "BaseDrafter", "NoDraft",
-           "policy_continues", "policy_verify_size"]
+           "policy_continues", "policy_verify_size", "policy_reads_probs"]
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,10 @@ class DraftRequest:
     """What the decoder asks a drafter for in one round.
 
     Attributes:
-        ids: int64 tensor (L,) on the decoder's device: the committed sequence
-            (prompt + generated), the last entry being the pending token.
+        ids: int64 tensor (L,) on the host: the committed sequence (prompt +
+            generated), the last entry being the pending token. A drafter whose
+            tensors live on an accelerator keeps its own device (its proposal's
+            tokens may stay there: the session moves them to the host in one copy).
         plan: the policy's `DraftPlan` for this round: ``plan.num_draft_tokens`` is
             the chain length k (or the depth cap of a tree); ``plan.tree`` the
             `TreePlan` (``branching`` per depth, or EAGLE-2 ``top_k``; and
@@ -181,9 +183,10 @@ class DraftProposal:
     @classmethod
     def chain(cls, tokens: torch.Tensor | list[int], q_draft: torch.Tensor | None = None,
               device: torch.device | str | None = None) -> "DraftProposal":
-        """A chain proposal: parents (-1, 0, 1, ...)."""
+        """A chain proposal: parents (-1, 0, 1, ...), always on the host (tokens left
+        on a device need no parents there: the session reads them in one copy)."""
         toks = torch.as_tensor(tokens, dtype=torch.long, device=device).reshape(-1)
-        parents = torch.arange(-1, toks.shape[0] - 1, dtype=torch.long, device=toks.device)
+        parents = torch.arange(-1, toks.shape[0] - 1, dtype=torch.long, device="cpu")
         return cls(toks, parents, q_draft)
 
     @classmethod
@@ -202,7 +205,7 @@ class DraftProposal:
         depth = [0] * len(parents)
         for i, par in enumerate(parents):
             depth[i] = 1 if par < 0 else depth[par] + 1
-        return torch.tensor(depth, dtype=torch.long)
+        return torch.tensor(depth, dtype=torch.long, device="cpu")
 
     @property
     def depth(self) -> int:
@@ -212,7 +215,7 @@ class DraftProposal:
     @property
     def is_chain(self) -> bool:
         n = self.size
-        return bool(torch.equal(self.parents.cpu(), torch.arange(-1, n - 1)))
+        return bool(torch.equal(self.parents.cpu(), torch.arange(-1, n - 1, device="cpu")))
 
 
 @dataclass(frozen=True)
@@ -328,17 +331,34 @@ class NoDraft(BaseDrafter):
         return DraftProposal.empty(device=request.ids.device)
 
 
-def policy_continues(request: DraftRequest, depth: int, layer_probs: np.ndarray, parent_best: float) -> bool:
+def policy_reads_probs(request: DraftRequest, hook: str = "continue_drafting") -> bool:
+    """Whether the round's ``hook`` ("continue_drafting" / "verify_size") looks at the
+    draft probabilities: False when there is no such hook, or when the request's
+    hooks are the session's `RoundHooks` and its policy lacks the hook (the answer then
+    depends only on the depth / the node count). A drafter on an accelerator reads its
+    probabilities to the host only when this is True (a stream sync per draft step)."""
+    hooks = request.policy
+    if getattr(hooks, hook, None) is None:
+        return False
+    if isinstance(hooks, RoundHooks):
+        return getattr(hooks.policy, hook, None) is not None
+    return True
+
+
+def policy_continues(request: DraftRequest, depth: int, layer_probs, parent_best) -> bool:
     """Ask the policy's optional ``continue_drafting`` hook after draft step ``depth``.
 
     Args:
         request: the round's request (``request.policy`` may be None or lack the hook).
         depth: tokens drafted so far along the chain / tree depth D (>= 1).
         layer_probs: float64 (n,), cumulative draft probabilities of the candidates
-            drafted at this depth (any order; sorted descending here).
+            drafted at this depth (any order; sorted descending here), or a callable
+            returning them, called only when the hook reads them
+            (`policy_reads_probs`), so a drafter on an accelerator does not read its
+            probabilities to the host for a hook that ignores them.
         parent_best: cumulative draft probability of the best node one level up
             (1.0 at depth 1), so ``max_prob`` is the best candidate's conditional
-            draft probability.
+            draft probability; a float or a callable (as ``layer_probs``).
 
     Returns:
         The hook's answer, or True when there is no hook (draft to the plan's cap).
@@ -349,27 +369,42 @@ def policy_continues(request: DraftRequest, depth: int, layer_probs: np.ndarray,
     hook = getattr(request.policy, "continue_drafting", None)
     if hook is None:
         return True
+    if callable(layer_probs) or callable(parent_best):
+        if policy_reads_probs(request):
+            layer_probs = layer_probs() if callable(layer_probs) else layer_probs
+            parent_best = parent_best() if callable(parent_best) else parent_best
+        else:                     # the session's hooks answer from the depth alone
+            layer_probs, parent_best = np.ones(1), 1.0
     return bool(hook(layer_draft_step(depth, request.context_length, layer_probs, parent_best)))
 
 
-def policy_verify_size(request: DraftRequest, depth: int, node_probs: np.ndarray, default: int) -> int:
+def policy_verify_size(request: DraftRequest, depth: int, node_probs, default: int,
+                       count: int | None = None) -> int:
     """The verification size V from the policy's optional ``verify_size`` hook.
 
     Args:
         request: the round's request.
         depth: drafted depth D.
-        node_probs: float64 (n,), cumulative draft probability of every drafted node.
+        node_probs: float64 (n,), cumulative draft probability of every drafted node,
+            or a callable returning them (then ``count`` = n is required), called only
+            when the hook reads them (`policy_reads_probs`).
         default: V without a hook (the plan's ``verify_size`` or all nodes).
+        count: n, when ``node_probs`` is a callable.
 
     Returns:
         int V in [1, n] (the hook's answer clipped to the drafted nodes), or ``default``.
 
     Raises:
-        ValueError: the hook returned V < 1.
+        ValueError: the hook returned V < 1, or a callable ``node_probs`` without count.
     """
     hook = getattr(request.policy, "verify_size", None)
     if hook is None:
         return int(default)
+    if callable(node_probs):
+        if count is None:
+            raise ValueError("policy_verify_size: a callable node_probs needs count")
+        # the session's hooks without a policy hook answer from n alone
+        node_probs = node_probs() if policy_reads_probs(request, "verify_size") else np.ones(int(count))
     probs = np.asarray(node_probs, dtype=np.float64).copy()
     size = int(hook(TreeCandidates(int(depth), request.context_length, probs)))
     if size < 1:

@@ -27,7 +27,6 @@ import torch
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.kvcache import cache_length, causal_forward, crop, keep_positions, model_forward, new_cache
 from specloop.realmodels.sampling import SamplingConfig, check_finite, processed_probs, sample_from
-from specloop.realmodels.tree import additive_mask
 
 __all__ = ["SmallLMDrafter", "RetokenizingDrafter", "make_small_lm_drafter", "same_token_ids", "sample_siblings"]
 
@@ -52,39 +51,62 @@ class _CachedLM:
     def __init__(self, model):
         self.model = model
         self.cache = new_cache()
-        self.ids: list[int] = []
+        self._ids: list[int] = []
+        self._unread: list[torch.Tensor] = []    # fed draft tokens still on the device
         self.vocab = int(model.get_input_embeddings().weight.shape[0])
+        self.device = next(model.parameters()).device
 
-    def _feed(self, tokens: list[int]) -> torch.Tensor:
-        ids = torch.tensor(tokens, dtype=torch.long)
+    @property
+    def ids(self) -> list[int]:
+        """The token ids the cache holds (fed draft tokens are read back here, in one copy)."""
+        if self._unread:
+            self._ids.extend(torch.cat(self._unread).tolist())
+            self._unread = []
+        return self._ids
+
+    @ids.setter
+    def ids(self, value: list[int]) -> None:
+        self._ids, self._unread = list(value), []
+
+    def _feed(self, tokens) -> torch.Tensor:
+        """int64 (n,) on the draft's device: ``tokens`` (ints, or a device tensor),
+        ids the draft cannot embed fed as 0."""
+        if torch.is_tensor(tokens):
+            ids = tokens.reshape(-1).to(self.device)
+        else:
+            ids = torch.tensor(tokens, dtype=torch.long, device="cpu").to(self.device)
         return torch.where(ids < self.vocab, ids, torch.zeros_like(ids))
 
     def reset(self) -> None:
         self.cache = new_cache()
         self.ids = []
 
-    def sync(self, seq: list[int]) -> torch.Tensor:
+    def sync(self, seq: list[int], check: bool = True) -> torch.Tensor:
         """Make the cache hold ``seq[:-1]``, feed the rest, return the float32 logits
-        (V,) of the next token after ``seq``."""
+        (V,) of the next token after ``seq`` (``check``: raise on NaN here)."""
         keep = min(_common_prefix(self.ids, seq), len(seq) - 1)
         crop(self.cache, keep)
         self.ids = self.ids[:keep]
         out = causal_forward(self.model, self.cache, self._feed(seq[keep:]), logits_to_keep=1)
         self.ids.extend(seq[keep:])
         logits = out.logits[0, -1].float()
-        check_finite(logits, "draft model")
+        if check:
+            check_finite(logits, "draft model")
         return logits
 
-    def step(self, token: int) -> torch.Tensor:
-        out = causal_forward(self.model, self.cache, self._feed([token]))
-        self.ids.append(token)
+    def step(self, token, check: bool = True) -> torch.Tensor:
+        """Feed one token (an int, or an int64 (1,) tensor on the draft's device, read
+        back only when `ids` is next asked for); the next token's float32 logits."""
+        out = causal_forward(self.model, self.cache, self._feed(token if torch.is_tensor(token) else [token]))
+        if torch.is_tensor(token):
+            self.ids              # earlier unread tokens stay in order
+            self._unread.append(token.reshape(-1))
+        else:
+            self.ids.append(token)
         logits = out.logits[0, -1].float()
-        check_finite(logits, "draft model")
+        if check:
+            check_finite(logits, "draft model")
         return logits
-
-
-def _draw(probs: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator) -> int:
-    return int(probs.argmax()) if sampling.greedy else sample_from(probs, generator)
 
 
 def sample_siblings(q_draft: torch.Tensor, width: int,
@@ -134,18 +156,34 @@ def sample_siblings(q_draft: torch.Tensor, width: int,
 
 
 def _draft_chain(lm: _CachedLM, seq: list[int], k: int, sampling: SamplingConfig,
-                 generator: torch.Generator) -> tuple[list[int], list[torch.Tensor]]:
-    """k tokens and the (V,) q rows they were drawn from."""
-    logits = lm.sync(seq)
-    tokens, rows = [], []
+                 generator: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """k tokens (int64 (k,) on the draft's device: nothing is read back while
+    drafting, the logits of every step are checked for NaN once at the end) and the
+    (V,) q rows they were drawn from."""
+    logits = lm.sync(seq, check=False)
+    tokens, rows, raw = [], [], []
     for d in range(k):
-        probs = processed_probs(logits, sampling)
-        tok = _draw(probs, sampling, generator)
+        raw.append(logits)
+        probs = processed_probs(logits, sampling, check=False)
+        if sampling.greedy:
+            tok = probs.argmax().reshape(1)
+        else:
+            tok = torch.full((1,), sample_from(probs, generator), dtype=torch.long, device=probs.device)
         tokens.append(tok)
         rows.append(probs)
         if d + 1 < k:
-            logits = lm.step(tok)
-    return tokens, rows
+            logits = lm.step(tok, check=False)
+    check_finite(torch.stack(raw), "draft model")
+    return torch.cat(tokens), rows
+
+
+def _greedy_children(logits: torch.Tensor, width: int) -> list[list[tuple[int, float]]]:
+    """Per row of ``logits`` (F, V): its top-``width`` tokens by softmax probability
+    as (token, probability) pairs, read to the host in one copy."""
+    top = torch.topk(logits.float().softmax(-1), width, dim=-1)
+    f, w = top.values.shape
+    host = torch.cat([top.values.double().reshape(-1), top.indices.double().reshape(-1)]).tolist()
+    return [[(int(host[f * w + r * w + c]), host[r * w + c]) for c in range(w)] for r in range(f)]
 
 
 class SmallLMDrafter(BaseDrafter):
@@ -193,61 +231,70 @@ class SmallLMDrafter(BaseDrafter):
         tree, sampling, gen = request.plan.tree, request.sampling, request.generator
         depth_cap = min(int(tree.max_depth), int(request.plan.num_draft_tokens) or int(tree.max_depth))
         budget = min(request.max_tokens, tree.verify_size or request.max_tokens)
-        logits = self.lm.sync(seq)
+        greedy = sampling.greedy
+        logits = self.lm.sync(seq, check=not greedy)
         self._tree_base, self._tree_fed = len(self.lm.ids), 0
         tokens: list[int] = []
         parents: list[int] = []
-        rows: list[torch.Tensor] = []
+        rows: list[torch.Tensor | None] = []
         cum: list[float] = []
+        raw = [logits.reshape(1, -1)]                 # greedy: every logits row, checked once at the end
         frontier = [(-1, logits, 1.0)]
         for depth in range(1, depth_cap + 1):
             width = tree.branching[depth - 1] if tree.branching is not None else tree.top_k
             if tree.top_k is not None:
                 frontier = sorted(frontier, key=lambda f: -f[2])[: tree.top_k]
             new_nodes = []
-            for parent, node_logits, parent_prob in frontier:
-                probs = processed_probs(node_logits, sampling)
-                choice_probs = node_logits.float().softmax(-1) if sampling.greedy else probs
-                for tok, row in self._children(probs, choice_probs, width, sampling, gen):
+            if greedy:     # the frontier's top-width children in one batch and one read
+                children = _greedy_children(torch.stack([f[1] for f in frontier]), width)
+            for r, (parent, node_logits, parent_prob) in enumerate(frontier):
+                if greedy:
+                    kids = [(tok, None, prob) for tok, prob in children[r]]
+                else:
+                    probs = processed_probs(node_logits, sampling)
+                    kids = [(tok, row, float(probs[tok])) for tok, row in sample_siblings(probs, width, gen)]
+                for tok, row, prob in kids:
                     new_nodes.append(len(tokens))
                     tokens.append(tok)
                     parents.append(parent)
                     rows.append(row)
-                    cum.append(parent_prob * float(choice_probs[tok]))
+                    cum.append(parent_prob * prob)
             if depth == depth_cap or len(tokens) >= 4 * budget or not new_nodes:
                 break
-            frontier = self._expand(new_nodes, tokens, parents, cum)
+            frontier = self._expand(new_nodes, tokens, parents, cum, check=not greedy)
+            raw.extend(f[1].reshape(1, -1) for f in frontier)
+        if greedy:
+            check_finite(torch.cat(raw), "draft model")
         return self._select(tokens, parents, rows, cum, budget, sampling)
 
-    @staticmethod
-    def _children(probs, choice_probs, width, sampling, gen) -> list[tuple[int, torch.Tensor]]:
-        """A node's children as (token, q row it was drawn from) pairs, in drafting
-        order: top-``width`` when greedy (rows unused: q_draft is None), else
-        `sample_siblings` (without replacement)."""
-        if sampling.greedy:
-            return [(tok, probs) for tok in torch.topk(choice_probs, width).indices.tolist()]
-        return sample_siblings(probs, width, gen)
-
-    def _expand(self, new_nodes, tokens, parents, cum):
-        """Feed the newest depth's nodes in one forward; return the next frontier."""
+    def _expand(self, new_nodes, tokens, parents, cum, check: bool = True):
+        """Feed the newest depth's nodes in one forward (their ids, positions and tree
+        visibility travel to the device in one copy that does not grow with the
+        context); return the next frontier (``check``: raise on NaN logits here)."""
         base = self._tree_base
-        start = base + self._tree_fed  # == cache length
+        fed = self._tree_fed
+        start = base + fed  # == cache length
         n_new = len(new_nodes)
-        visible = torch.zeros((n_new, start + n_new), dtype=torch.bool)
-        visible[:, :base] = True
+        host = {"dtype": torch.long, "device": "cpu"}
+        visible = torch.zeros((n_new, fed + n_new), **host)     # the tree part; the cache is all visible
         positions = []
         for row, node in enumerate(new_nodes):
             depth, cur = 0, node
             while cur >= 0:
-                visible[row, base + cur] = True
+                visible[row, cur] = 1
                 cur, depth = parents[cur], depth + 1
             positions.append(base - 1 + depth)
+        ids = torch.tensor([tokens[j] for j in new_nodes], **host)
+        ids = torch.where(ids < self.lm.vocab, ids, torch.zeros_like(ids))
         param = next(self.lm.model.parameters())
-        mask = additive_mask(visible, param.dtype, param.device)
-        ids = self.lm._feed([tokens[j] for j in new_nodes])
-        out = model_forward(self.lm.model, self.lm.cache, ids, mask, torch.tensor([positions]))
+        packed = torch.cat([ids, torch.tensor(positions, **host), visible.reshape(-1)]).to(param.device)
+        mask = torch.zeros((n_new, start + n_new), dtype=param.dtype, device=param.device)
+        mask[:, base:].masked_fill_(packed[2 * n_new:].reshape(n_new, -1) == 0, torch.finfo(param.dtype).min)
+        out = model_forward(self.lm.model, self.lm.cache, packed[:n_new], mask[None, None],
+                            packed[n_new:2 * n_new][None])
         logits = out.logits[0].float()
-        check_finite(logits, "draft model")
+        if check:
+            check_finite(logits, "draft model")
         self._tree_fed += n_new
         return [(node, logits[row], cum[node]) for row, node in enumerate(new_nodes)]
 
@@ -333,6 +380,7 @@ class RetokenizingDrafter(BaseDrafter):
             return DraftProposal.empty()
         greedy = SamplingConfig(0.0) if request.sampling.greedy else request.sampling
         new, _ = _draft_chain(self.lm, draft_ids, k, greedy, request.generator)
+        new = new.tolist()
         before = self.draft_tok.decode(draft_ids, skip_special_tokens=False)
         after = self.draft_tok.decode(draft_ids + new, skip_special_tokens=False)
         if not after.startswith(before):

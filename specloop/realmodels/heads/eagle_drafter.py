@@ -35,7 +35,7 @@ from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, Draft
                                               policy_continues, policy_verify_size)
 from specloop.realmodels.heads.common import ReducedVocab
 from specloop.realmodels.heads.eagle import EagleHead
-from specloop.realmodels.sampling import processed_probs, sample_from
+from specloop.realmodels.sampling import check_finite, processed_probs, sample_from
 
 __all__ = ["EagleDrafter", "select_nodes"]
 
@@ -162,7 +162,7 @@ class EagleDrafter(BaseDrafter):
     @torch.no_grad()
     def propose(self, request: DraftRequest) -> DraftProposal:
         self._absorb()
-        device = request.ids.device
+        device = "cpu"
         if self._root_h is None or request.max_tokens < 1:
             return DraftProposal.empty(device=device)
         if self._cache.length != request.context_length - 1:
@@ -178,83 +178,111 @@ class EagleDrafter(BaseDrafter):
         return self._tree(depth, request)
 
     def _chain(self, k: int, request: DraftRequest) -> DraftProposal:
+        """A chain of up to k tokens. Everything stays on the head's device (a sampled
+        step reads its row for the draw; a policy hook that reads probabilities gets
+        them per step); the session reads the tokens in one copy."""
         h, logits = self._root_h, self._root_logits
-        tokens, rows = [], []
+        tokens, rows, cums, raw = [], [], [], []
         node_k = self._cache.k[:, :0]
         node_v = self._cache.v[:, :0]
-        logcum, cums = 0.0, []
+        logcum = None                                 # float64 (device) cumulative log-probability
         for depth in range(1, k + 1):
-            probs = processed_probs(logits.float(), request.sampling)
-            j = int(probs.argmax()) if request.sampling.greedy else sample_from(probs, request.generator)
+            raw.append(logits)
+            probs = processed_probs(logits.float(), request.sampling, check=False)
+            j = _draft_index(probs, request)
             rows.append(probs)
-            logcum += float(torch.log_softmax(logits.double(), -1)[j])
+            step = torch.log_softmax(logits.double(), -1).gather(0, j)
+            logcum = step if logcum is None else logcum + step
             cums.append(logcum)
-            tok = self._d2t[j:j + 1]
-            tokens.append(int(tok))
-            if depth == k or not policy_continues(request, depth, [math.exp(logcum)],
-                                                  math.exp(cums[-2]) if depth > 1 else 1.0):
+            tok = self._d2t.index_select(0, j)
+            tokens.append(tok)
+            if depth == k or not policy_continues(request, depth, lambda: [math.exp(float(cums[-1]))],
+                                                  lambda: math.exp(float(cums[-2])) if depth > 1 else 1.0):
                 break
-            pos = torch.tensor([self._cache.length + depth - 1], device=self._device)
+            pos = torch.full((1,), self._cache.length + depth - 1, dtype=torch.long, device=self._device)
             mask = torch.ones(1, node_k.shape[1], dtype=torch.bool, device=self._device)
             h, lg, kk, vv = self.head.step_nodes(self._cache, h, tok, pos, node_k, node_v, mask)
             node_k, node_v = torch.cat([node_k, kk], 1), torch.cat([node_v, vv], 1)
             logits = lg[0]
-        q = self.vocab.scatter_probs(torch.stack(rows).float()).to(request.ids.device)
-        prop = DraftProposal.chain(tokens, q, device=request.ids.device)
-        return DraftProposal(prop.tokens, prop.parents, q, torch.tensor(cums, dtype=torch.float64).exp())
+        check_finite(torch.stack(raw), "model")          # every step's logits, in one read
+        q_reduced = torch.stack(rows).float()      # as `ReducedVocab.scatter_probs`, with the device's d2t
+        q = q_reduced.new_zeros((q_reduced.shape[0], self.vocab.target_vocab_size))
+        q[:, self._d2t] = q_reduced
+        toks = torch.cat(tokens)
+        parents = torch.arange(-1, toks.shape[0] - 1, dtype=torch.long, device="cpu")
+        return DraftProposal(toks, parents, q, torch.cat(cums).exp())
 
     def _tree(self, max_depth: int, request: DraftRequest) -> DraftProposal:
+        """A static / EAGLE-2 tree. Expansion, the frontier choice and the tree masks
+        stay on the head's device; the drafted tokens, parents and cumulative
+        log-probabilities come to the host in one copy at the end (per level only for
+        a policy hook that reads probabilities), where `select_nodes` keeps the
+        verified nodes."""
         tree = request.plan.tree
-        tokens: list[int] = []
-        parents: list[int] = []
-        logcum: list[float] = []
-        node_h: dict[int, torch.Tensor] = {}
-        slot: dict[int, int] = {}               # node -> index in node_k (processed nodes)
+        dev = self._device
+        toks, pars, cums = [], [], []           # per level, on the device
+        count = 0
         node_k = self._cache.k[:, :0]
         node_v = self._cache.v[:, :0]
-        ancestors: list[set[int]] = []
-        frontier = [-1]
+        front_idx = torch.full((1,), -1, dtype=torch.long, device=dev)   # frontier nodes (-1 = the root)
+        front_cum = torch.zeros(1, dtype=torch.float64, device=dev)
+        front_h = self._root_h                   # head output of each frontier node
+        front_vis = torch.zeros(1, 0, dtype=torch.bool, device=dev)      # frontier rows' ancestor slots
         front_logits = self._root_logits[None]
         for depth in range(1, max_depth + 1):
             width = tree.top_k if tree.top_k is not None else tree.branching[depth - 1]
             logp = torch.log_softmax(front_logits.double(), -1)
             top_lp, top_j = logp.topk(min(int(width), logp.shape[-1]), -1)
-            new_nodes = []
-            for r, par in enumerate(frontier):
-                base = logcum[par] if par >= 0 else 0.0
-                for lp, j in zip(top_lp[r].tolist(), top_j[r].tolist()):
-                    tokens.append(int(self._d2t[j]))
-                    parents.append(par)
-                    logcum.append(base + lp)
-                    ancestors.append((ancestors[par] | {par}) if par >= 0 else set())
-                    new_nodes.append(len(tokens) - 1)
-            parent_best = max(math.exp(logcum[i]) for i in frontier) if frontier[0] >= 0 else 1.0
-            if depth == max_depth or not policy_continues(request, depth, [math.exp(logcum[i]) for i in new_nodes],
-                                                          parent_best):
+            rows, w = top_lp.shape
+            src = torch.arange(rows, device=dev).repeat_interleave(w)    # frontier row of each new node
+            new_cum = (front_cum[:, None] + top_lp).reshape(-1)
+            new_tok = self._d2t[top_j.reshape(-1)]
+            toks.append(new_tok)
+            pars.append(front_idx[src])
+            cums.append(new_cum)
+            new_idx = torch.arange(count, count + rows * w, device=dev)
+            count += rows * w
+            parent_cum = front_cum
+            if depth == max_depth or not policy_continues(
+                    request, depth, lambda: [math.exp(c) for c in new_cum.tolist()],
+                    lambda: max(math.exp(c) for c in parent_cum.tolist()) if depth > 1 else 1.0):
                 break
-            if tree.top_k is not None:
-                new_nodes = sorted(new_nodes, key=lambda i: (-logcum[i], i))[: tree.top_k]
-            frontier = new_nodes
-            parent_h = torch.cat([node_h[parents[i]] if parents[i] >= 0 else self._root_h for i in frontier])
-            pos = torch.full((len(frontier),), self._cache.length + depth - 1, device=self._device)
-            mask = torch.zeros(len(frontier), node_k.shape[1], dtype=torch.bool, device=self._device)
-            for r, i in enumerate(frontier):
-                for a in ancestors[i]:
-                    mask[r, slot[a]] = True
-            toks = torch.tensor([tokens[i] for i in frontier], device=self._device)
-            h, front_logits, kk, vv = self.head.step_nodes(self._cache, parent_h, toks, pos, node_k, node_v, mask)
-            for r, i in enumerate(frontier):
-                node_h[i] = h[r:r + 1]
-                slot[i] = node_k.shape[1] + r
+            # a new node sees its parent's ancestors and its parent (the root has no slot)
+            if depth == 1:
+                child_vis = torch.zeros(rows * w, 0, dtype=torch.bool, device=dev)
+            else:
+                child_vis = torch.cat([front_vis[src], torch.eye(rows, dtype=torch.bool, device=dev)[src]], 1)
+            child_h = front_h[src]
+            if tree.top_k is not None:           # the top_k newest by cumulative probability, ties to the earlier
+                pick = torch.sort(new_cum, descending=True, stable=True).indices[: tree.top_k]
+            else:
+                pick = torch.arange(rows * w, device=dev)
+            front_idx, front_cum, front_vis = new_idx[pick], new_cum[pick], child_vis[pick]
+            pos = torch.full((int(pick.numel()),), self._cache.length + depth - 1, dtype=torch.long, device=dev)
+            h, front_logits, kk, vv = self.head.step_nodes(self._cache, child_h[pick], new_tok[pick], pos,
+                                                           node_k, node_v, front_vis)
+            front_h = h
             node_k, node_v = torch.cat([node_k, kk], 1), torch.cat([node_v, vv], 1)
+        packed = torch.cat([torch.cat(toks).double(), torch.cat(pars).double(), torch.cat(cums)]).tolist()
+        tokens = [int(t) for t in packed[:count]]
+        parents = [int(p) for p in packed[count:2 * count]]
+        logcum = packed[2 * count:]
         budget = int(request.max_tokens)
-        drafted = len(tokens) if tree.verify_size is None else int(tree.verify_size)
-        budget = min(budget, policy_verify_size(request, depth, [math.exp(v) for v in logcum], drafted))
-        device = request.ids.device
-        full = DraftProposal(torch.tensor(tokens, dtype=torch.long, device=device),
-                             torch.tensor(parents, dtype=torch.long, device=device), None,
-                             torch.tensor(logcum, dtype=torch.float64).exp())
+        drafted = count if tree.verify_size is None else int(tree.verify_size)
+        budget = min(budget, policy_verify_size(request, depth, lambda: [math.exp(v) for v in logcum], drafted,
+                                                count=count))
+        full = DraftProposal(torch.tensor(tokens, dtype=torch.long, device="cpu"),
+                             torch.tensor(parents, dtype=torch.long, device="cpu"), None,
+                             torch.tensor(logcum, dtype=torch.float64, device="cpu").exp())
         return full.subset(select_nodes(logcum, budget))
+
+
+def _draft_index(probs: torch.Tensor, request: DraftRequest) -> torch.Tensor:
+    """int64 (1,) on ``probs``' device: the drafted index of a (V_d,) row (the argmax
+    when greedy, read nothing back; else one draw with the request's generator)."""
+    if request.sampling.greedy:
+        return probs.argmax().reshape(1)
+    return torch.full((1,), sample_from(probs, request.generator), dtype=torch.long, device=probs.device)
 
 
 def eagle_drafter_from_saved(target, kind: str, tensors: dict, meta: dict,
@@ -282,13 +310,15 @@ def eagle_drafter_from_saved(target, kind: str, tensors: dict, meta: dict,
                          f"(hidden {head_cfg.hidden_size}, vocab {head_cfg.target_vocab_size})")
     d2t = tensors.pop("d2t").long()
     vocab = ReducedVocab(d2t, head_cfg.target_vocab_size)
-    embed = model.get_input_embeddings().weight.detach().float().cpu()
-    lm = model.get_output_embeddings().weight.detach().float().cpu()
-    head = EagleHead(head_cfg, embed, lm[d2t])
+    from specloop.realmodels.loading import resolve_dtype
+    head_dtype = torch.float32 if dtype is None else resolve_dtype(dtype)
+    # built from the target's own tensors on its device (no host copy of the (V, H)
+    # embedding and LM head), then placed on that device in the drafting dtype
+    embed = model.get_input_embeddings().weight.detach()
+    lm = model.get_output_embeddings().weight.detach()
+    head = EagleHead(head_cfg, embed.float(), lm[d2t.to(lm.device)].float())
     head.load_state_dict(tensors, strict=True)
-    if dtype is not None:
-        from specloop.realmodels.loading import resolve_dtype
-        head = head.to(resolve_dtype(dtype))
+    head = head.to(device=embed.device, dtype=head_dtype)
     drafter = EagleDrafter(head, vocab, name=kind)
     drafter.train_report = meta
     return drafter

@@ -35,7 +35,7 @@ from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, Draft
                                               policy_continues, policy_verify_size)
 from specloop.realmodels.heads.hydra import HydraHeads, ReducedVocabHead
 from specloop.realmodels.heads.medusa import MedusaHeads
-from specloop.realmodels.sampling import processed_probs, sample_from
+from specloop.realmodels.sampling import check_finite, processed_probs, sample_from
 
 __all__ = ["FeatureHeadDrafter", "HydraDrafter", "MedusaDrafter", "draft_chain", "draft_tree", "prune_tree"]
 
@@ -44,40 +44,53 @@ Expand = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.T
 
 def draft_chain(expand: Expand, state: torch.Tensor, pending: int, k: int, request: DraftRequest,
                 vocab: ReducedVocabHead) -> DraftProposal:
-    """Draft a chain of k tokens; returns q_draft (k, V_target) float32."""
-    tokens, rows = [], []
-    path = 1.0                            # cumulative draft probability of the chain so far
-    token = torch.tensor([pending], dtype=torch.long, device=state.device)
+    """Draft a chain of k tokens; returns q_draft (k, V_target) float32 on the heads'
+    device. The tokens stay on the device (the session reads them in one copy); a
+    greedy step reads nothing back, a sampled step reads its row for the draw, and
+    the path probability is read only for a policy hook that looks at it."""
+    tokens, rows, raw = [], [], []
+    path = None                           # cumulative draft probability (float64, device)
+    token = torch.full((1,), int(pending), dtype=torch.long, device=state.device)
     for depth in range(k):
         state, logits = expand(state, token, depth)
-        probs = processed_probs(logits[0], request.sampling)
+        raw.append(logits[0])
+        probs = processed_probs(logits[0], request.sampling, check=False)
         if request.sampling.greedy:
-            tid = int(probs.argmax())
+            tid = probs.argmax().reshape(1)
         else:
-            tid = sample_from(probs, request.generator)
+            tid = torch.full((1,), sample_from(probs, request.generator), dtype=torch.long, device=probs.device)
         rows.append(probs)
-        tokens.append(int(vocab.draft_to_target[tid]))
-        token = vocab.draft_to_target[tid].reshape(1)
+        token = vocab.draft_to_target.index_select(0, tid)
+        tokens.append(token)
         parent_path = path
-        path *= float(probs[tid])
-        if depth + 1 < k and not policy_continues(request, depth + 1, [path], parent_path):
+        own = probs.gather(0, tid).double()
+        path = own if path is None else path * own
+        if depth + 1 < k and not policy_continues(
+                request, depth + 1, lambda: [float(path)],
+                lambda: 1.0 if parent_path is None else float(parent_path)):
             break
     if not tokens:
-        return DraftProposal.empty(device=request.ids.device)
-    q = vocab.to_target_probs(torch.stack(rows)).float().to(request.ids.device)
-    return DraftProposal.chain(tokens, q, device=request.ids.device)
+        return DraftProposal.empty(device="cpu")
+    check_finite(torch.stack(raw), "model")          # every step's logits, in one read
+    q = vocab.to_target_probs(torch.stack(rows)).float()
+    return DraftProposal.chain(torch.cat(tokens), q)
 
 
 def draft_tree(expand: Expand, state: torch.Tensor, pending: int, depth_cap: int, request: DraftRequest,
                vocab: ReducedVocabHead) -> DraftProposal:
-    """Draft a static (branching) or EAGLE-2 (top_k) tree up to ``depth_cap`` levels."""
+    """Draft a static (branching) or EAGLE-2 (top_k) tree up to ``depth_cap`` levels.
+
+    Selection runs on the heads' device; the drafted tokens, parents and cumulative
+    log-probabilities come to the host in one copy at the end (and per level only for
+    a policy hook that reads the probabilities), where `prune_tree` keeps the
+    verified nodes."""
     plan = request.plan.tree
-    tokens: list[int] = []
-    parents: list[int] = []
-    cum: list[float] = []
-    frontier = [-1]                       # node indices (-1 = the pending token)
-    front_cum = torch.zeros(1, dtype=torch.float64)
-    front_tok = torch.tensor([pending], dtype=torch.long, device=state.device)
+    dev = state.device
+    toks, pars, cums = [], [], []         # per level, on the device
+    count = 0
+    frontier = torch.full((1,), -1, dtype=torch.long, device=dev)   # node indices (-1 = the pending token)
+    front_cum = torch.zeros(1, dtype=torch.float64, device=dev)
+    front_tok = torch.full((1,), int(pending), dtype=torch.long, device=dev)
     states = state
     drafted_depth = 0
     for depth in range(depth_cap):
@@ -86,30 +99,36 @@ def draft_tree(expand: Expand, state: torch.Tensor, pending: int, depth_cap: int
         width = plan.top_k if plan.top_k is not None else plan.branching[depth]
         width = min(int(width), logp.shape[-1])
         top_lp, top_id = logp.topk(width, dim=-1)                 # (B, width)
-        cand = (front_cum[:, None] + top_lp.cpu()).reshape(-1)
-        keep = torch.arange(cand.numel())
+        cand = (front_cum[:, None] + top_lp).reshape(-1)
         if plan.top_k is not None and cand.numel() > plan.top_k:
             keep = cand.topk(plan.top_k).indices.sort().values
+        else:
+            keep = torch.arange(cand.numel(), device=dev)
         src = keep // width
-        new_nodes = []
-        for flat, b in zip(keep.tolist(), src.tolist()):
-            tokens.append(int(vocab.draft_to_target[top_id.reshape(-1)[flat]]))
-            parents.append(frontier[b])
-            cum.append(float(cand[flat]))
-            new_nodes.append(len(tokens) - 1)
+        new_tok = vocab.draft_to_target[top_id.reshape(-1)[keep]]
+        new_cum = cand[keep]
+        toks.append(new_tok)
+        pars.append(frontier[src])
+        cums.append(new_cum)
+        new_idx = torch.arange(count, count + int(keep.numel()), device=dev)
+        count += int(keep.numel())
         drafted_depth = depth + 1
-        if len(tokens) >= request.max_tokens and plan.verify_size is None:
+        if count >= request.max_tokens and plan.verify_size is None:
             break
-        parent_best = max(math.exp(cum[i]) for i in frontier) if frontier[0] >= 0 else 1.0
-        if not policy_continues(request, drafted_depth, [math.exp(cum[i]) for i in new_nodes], parent_best):
+        parent_cum = front_cum
+        if not policy_continues(request, drafted_depth, lambda: [math.exp(c) for c in new_cum.tolist()],
+                                lambda: max(math.exp(c) for c in parent_cum.tolist()) if depth else 1.0):
             break
-        frontier = new_nodes
-        front_cum = cand[keep]
-        states = states[src.to(states.device)]
-        front_tok = torch.tensor(tokens[-len(new_nodes):], dtype=torch.long, device=state.device)
-    default = len(tokens) if plan.verify_size is None else int(plan.verify_size)
-    budget = min(request.max_tokens, policy_verify_size(request, drafted_depth, [math.exp(c) for c in cum], default))
-    return prune_tree(tokens, parents, cum, budget, request.ids.device)
+        frontier, front_cum, front_tok = new_idx, new_cum, new_tok
+        states = states[src]
+    packed = torch.cat([torch.cat(toks).double(), torch.cat(pars).double(), torch.cat(cums)]).tolist()
+    tokens = [int(t) for t in packed[:count]]
+    parents = [int(p) for p in packed[count:2 * count]]
+    cum = packed[2 * count:]
+    default = count if plan.verify_size is None else int(plan.verify_size)
+    budget = min(request.max_tokens, policy_verify_size(request, drafted_depth, lambda: [math.exp(c) for c in cum],
+                                                        default, count=count))
+    return prune_tree(tokens, parents, cum, budget, "cpu")
 
 
 def prune_tree(tokens: list[int], parents: list[int], log_cum: list[float], budget: int,
@@ -259,7 +278,7 @@ class FeatureHeadDrafter(BaseDrafter):
         (a one-token prompt's first round) or k = 0."""
         pending = int(request.ids[-1])
         if self._h is None or request.plan.num_draft_tokens == 0 or request.max_tokens <= 0:
-            return DraftProposal.empty(device=request.ids.device)
+            return DraftProposal.empty(device="cpu")
         if pending != self._pending:
             raise ValueError(f"{self.name}: request's pending token {pending} != observed {self._pending}; "
                              "reset/observe were not called in order")

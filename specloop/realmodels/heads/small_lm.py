@@ -163,6 +163,7 @@ class SmallLMDraftDrafter:
         self.vocab = draft.lm_head
         self._cache = None
         self._cached: list[int] = []
+        self._unread: list[torch.Tensor] = []   # fed draft tokens still on the device (read at the next sync)
 
     def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
         """Start a prompt (``prompt_ids`` int64 (L,)); the cache fills lazily.
@@ -173,7 +174,7 @@ class SmallLMDraftDrafter:
         if prompt_ids.numel() == 0:
             raise ValueError("small-lm draft: empty prompt")
         from transformers import DynamicCache
-        self._cache, self._cached = DynamicCache(), []
+        self._cache, self._cached, self._unread = DynamicCache(), [], []
 
     def observe(self, feedback) -> None:
         return None
@@ -211,17 +212,26 @@ class SmallLMDraftDrafter:
         logits, _ = self.draft(ids[None].to(device).long(), None, pos, use_cache=False)
         return logits[0]
 
-    def _feed(self, ids: list[int]) -> torch.Tensor:
-        """Feed ``ids`` after the cache; returns (V_d,) logits of the last one."""
-        start = len(self._cached)
+    def _feed(self, ids) -> torch.Tensor:
+        """Feed ``ids`` (a list of ints, or an int64 (1,) tensor on the draft's device:
+        a drafted token, read back at the next `_sync`) after the cache; returns
+        (V_d,) logits of the last one."""
+        start = len(self._cached) + sum(int(t.numel()) for t in self._unread)
         device = self.vocab.proj.weight.device      # on the draft's device (CUDA: no CPU ids / positions)
-        inp = torch.tensor([ids], dtype=torch.long, device=device)
-        pos = torch.arange(start, start + len(ids), device=device)[None]
+        if torch.is_tensor(ids):
+            inp = ids.reshape(1, -1).to(device)
+            self._unread.append(inp.reshape(-1))
+        else:
+            inp = torch.tensor([ids], dtype=torch.long, device=device)
+            self._cached.extend(ids)
+        pos = torch.arange(start, start + int(inp.shape[1]), device=device)[None]
         logits, self._cache = self.draft(inp, self._cache, pos, use_cache=True)
-        self._cached.extend(ids)
         return logits[0, -1]
 
     def _sync(self, ids: list[int]) -> torch.Tensor:
+        if self._unread:                            # last round's fed draft tokens, in one read
+            self._cached.extend(torch.cat(self._unread).tolist())
+            self._unread = []
         common = 0
         for a, b in zip(self._cached, ids[:-1]):
             if a != b:
@@ -239,41 +249,48 @@ class SmallLMDraftDrafter:
     def propose(self, request):
         from specloop.realmodels.drafters.base import DraftProposal
         from specloop.realmodels.heads.head_drafting import draft_tree
-        from specloop.realmodels.sampling import processed_probs, sample_from
+        from specloop.realmodels.sampling import check_finite, processed_probs, sample_from
         ids = request.ids.tolist()
         if self._cache is None:
             raise ValueError("small-lm draft: propose() before reset()")
         if request.plan.num_draft_tokens == 0 or request.max_tokens <= 0:
-            return DraftProposal.empty(device=request.ids.device)
+            return DraftProposal.empty(device="cpu")
         logits = self._sync(ids)
+        device = self.vocab.proj.weight.device
         if request.plan.tree is not None:
             cap = min(request.plan.tree.max_depth, request.plan.num_draft_tokens)
-            return draft_tree(self._tree_expand(ids, logits), torch.zeros(1, 1), ids[-1], cap, request, self.vocab)
+            return draft_tree(self._tree_expand(ids, logits), torch.zeros(1, 1, device=device), ids[-1], cap,
+                              request, self.vocab)
         k = min(request.plan.num_draft_tokens, request.max_tokens)
-        tokens, rows = [], []
+        tokens, rows, raw = [], [], []              # tokens stay on the device (the session reads them once)
         for step in range(k):
-            probs = processed_probs(logits, request.sampling)
-            tid = int(probs.argmax()) if request.sampling.greedy else sample_from(probs, request.generator)
+            raw.append(logits)
+            probs = processed_probs(logits, request.sampling, check=False)
+            if request.sampling.greedy:
+                tid = probs.argmax().reshape(1)
+            else:
+                tid = torch.full((1,), sample_from(probs, request.generator), dtype=torch.long, device=device)
             rows.append(probs)
-            tokens.append(int(self.vocab.draft_to_target[tid]))
+            tokens.append(self.vocab.draft_to_target.index_select(0, tid))
             if step < k - 1:
-                logits = self._feed([tokens[-1]])
-        q = self.vocab.to_target_probs(torch.stack(rows)).to(request.ids.device)
-        return DraftProposal.chain(tokens, q, device=request.ids.device)
+                logits = self._feed(tokens[-1])
+        check_finite(torch.stack(raw), "model")      # every step's logits, in one read
+        q = self.vocab.to_target_probs(torch.stack(rows))
+        return DraftProposal.chain(torch.cat(tokens), q)
 
     def _tree_expand(self, ids: list[int], root_logits: torch.Tensor):
         """An ``expand`` for `draft_tree`: states are (B, depth) int64 paths."""
         prefix = len(self._cached)
 
         def expand(paths: torch.Tensor, tokens: torch.Tensor, depth: int):
+            device = self.vocab.proj.weight.device
             if depth == 0:
-                return torch.zeros(1, 0, dtype=torch.long), root_logits[None]
-            paths = torch.cat([paths, tokens.reshape(-1, 1).cpu()], dim=1)     # (B, depth)
+                return torch.zeros(1, 0, dtype=torch.long, device=device), root_logits[None]
+            paths = torch.cat([paths, tokens.reshape(-1, 1).to(paths.device)], dim=1)     # (B, depth), on the device
             cache = copy.deepcopy(self._cache)
             cache.batch_repeat_interleave(paths.shape[0])
-            device = self.vocab.proj.weight.device
             pos = torch.arange(prefix, prefix + depth, device=device)[None].expand(paths.shape[0], -1)
-            logits, _ = self.draft(paths.to(device), cache, pos, use_cache=True)
+            logits, _ = self.draft(paths, cache, pos, use_cache=True)
             return paths, logits[:, -1]
         return expand
 
