@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["SamplingConfig", "processed_probs", "check_finite", "check_logits_sum", "sample_from"]
+__all__ = ["SamplingConfig", "processed_probs", "check_finite", "check_logits_sum", "sample_from", "draft_index"]
 
 
 @dataclass(frozen=True)
@@ -119,3 +119,12 @@ def sample_from(probs: torch.Tensor, generator: torch.Generator) -> int:
     # side="right": the first bin whose cdf exceeds u * total, never a zero bin
     idx = int(torch.searchsorted(cdf, (u * cdf[-1]).reshape(1), right=True).item())
     return min(idx, probs.shape[-1] - 1)
+
+
+def draft_index(probs: torch.Tensor, config: SamplingConfig, generator: torch.Generator) -> torch.Tensor:
+    """int64 (1,) on ``probs``' device: the index drafted from a (V,) row of
+    `processed_probs` -- its argmax when ``config`` is greedy (nothing read back to the
+    host), else one `sample_from` draw with ``generator`` (which reads the row)."""
+    if config.greedy:
+        return probs.argmax().reshape(1)
+    return torch.full((1,), sample_from(probs, generator), dtype=torch.long, device=probs.device)

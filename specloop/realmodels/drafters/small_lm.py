@@ -26,7 +26,7 @@ import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.kvcache import cache_length, causal_forward, crop, keep_positions, model_forward, new_cache
-from specloop.realmodels.sampling import SamplingConfig, check_finite, processed_probs, sample_from
+from specloop.realmodels.sampling import SamplingConfig, check_finite, draft_index, processed_probs, sample_from
 
 __all__ = ["SmallLMDrafter", "RetokenizingDrafter", "make_small_lm_drafter", "same_token_ids", "sample_siblings"]
 
@@ -165,10 +165,7 @@ def _draft_chain(lm: _CachedLM, seq: list[int], k: int, sampling: SamplingConfig
     for d in range(k):
         raw.append(logits)
         probs = processed_probs(logits, sampling, check=False)
-        if sampling.greedy:
-            tok = probs.argmax().reshape(1)
-        else:
-            tok = torch.full((1,), sample_from(probs, generator), dtype=torch.long, device=probs.device)
+        tok = draft_index(probs, sampling, generator)
         tokens.append(tok)
         rows.append(probs)
         if d + 1 < k:

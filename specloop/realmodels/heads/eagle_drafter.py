@@ -35,7 +35,8 @@ from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, Draft
                                               policy_continues, policy_verify_size)
 from specloop.realmodels.heads.common import ReducedVocab
 from specloop.realmodels.heads.eagle import EagleHead
-from specloop.realmodels.sampling import check_finite, processed_probs, sample_from
+from specloop.realmodels.heads.head_drafting import read_tree_levels
+from specloop.realmodels.sampling import check_finite, draft_index, processed_probs
 
 __all__ = ["EagleDrafter", "select_nodes"]
 
@@ -189,7 +190,7 @@ class EagleDrafter(BaseDrafter):
         for depth in range(1, k + 1):
             raw.append(logits)
             probs = processed_probs(logits.float(), request.sampling, check=False)
-            j = _draft_index(probs, request)
+            j = draft_index(probs, request.sampling, request.generator)
             rows.append(probs)
             step = torch.log_softmax(logits.double(), -1).gather(0, j)
             logcum = step if logcum is None else logcum + step
@@ -263,10 +264,7 @@ class EagleDrafter(BaseDrafter):
                                                            node_k, node_v, front_vis)
             front_h = h
             node_k, node_v = torch.cat([node_k, kk], 1), torch.cat([node_v, vv], 1)
-        packed = torch.cat([torch.cat(toks).double(), torch.cat(pars).double(), torch.cat(cums)]).tolist()
-        tokens = [int(t) for t in packed[:count]]
-        parents = [int(p) for p in packed[count:2 * count]]
-        logcum = packed[2 * count:]
+        tokens, parents, logcum = read_tree_levels(toks, pars, cums)
         budget = int(request.max_tokens)
         drafted = count if tree.verify_size is None else int(tree.verify_size)
         budget = min(budget, policy_verify_size(request, depth, lambda: [math.exp(v) for v in logcum], drafted,
@@ -275,14 +273,6 @@ class EagleDrafter(BaseDrafter):
                              torch.tensor(parents, dtype=torch.long, device="cpu"), None,
                              torch.tensor(logcum, dtype=torch.float64, device="cpu").exp())
         return full.subset(select_nodes(logcum, budget))
-
-
-def _draft_index(probs: torch.Tensor, request: DraftRequest) -> torch.Tensor:
-    """int64 (1,) on ``probs``' device: the drafted index of a (V_d,) row (the argmax
-    when greedy, read nothing back; else one draw with the request's generator)."""
-    if request.sampling.greedy:
-        return probs.argmax().reshape(1)
-    return torch.full((1,), sample_from(probs, request.generator), dtype=torch.long, device=probs.device)
 
 
 def eagle_drafter_from_saved(target, kind: str, tensors: dict, meta: dict,

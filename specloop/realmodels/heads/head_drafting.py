@@ -35,9 +35,10 @@ from specloop.realmodels.drafters.base import (BaseDrafter, DraftProposal, Draft
                                               policy_continues, policy_verify_size)
 from specloop.realmodels.heads.hydra import HydraHeads, ReducedVocabHead
 from specloop.realmodels.heads.medusa import MedusaHeads
-from specloop.realmodels.sampling import check_finite, processed_probs, sample_from
+from specloop.realmodels.sampling import check_finite, draft_index, processed_probs
 
-__all__ = ["FeatureHeadDrafter", "HydraDrafter", "MedusaDrafter", "draft_chain", "draft_tree", "prune_tree"]
+__all__ = ["FeatureHeadDrafter", "HydraDrafter", "MedusaDrafter", "draft_chain", "draft_tree", "prune_tree",
+           "read_tree_levels"]
 
 Expand = Callable[[torch.Tensor, torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 
@@ -55,10 +56,7 @@ def draft_chain(expand: Expand, state: torch.Tensor, pending: int, k: int, reque
         state, logits = expand(state, token, depth)
         raw.append(logits[0])
         probs = processed_probs(logits[0], request.sampling, check=False)
-        if request.sampling.greedy:
-            tid = probs.argmax().reshape(1)
-        else:
-            tid = torch.full((1,), sample_from(probs, request.generator), dtype=torch.long, device=probs.device)
+        tid = draft_index(probs, request.sampling, request.generator)
         rows.append(probs)
         token = vocab.draft_to_target.index_select(0, tid)
         tokens.append(token)
@@ -121,14 +119,29 @@ def draft_tree(expand: Expand, state: torch.Tensor, pending: int, depth_cap: int
             break
         frontier, front_cum, front_tok = new_idx, new_cum, new_tok
         states = states[src]
-    packed = torch.cat([torch.cat(toks).double(), torch.cat(pars).double(), torch.cat(cums)]).tolist()
-    tokens = [int(t) for t in packed[:count]]
-    parents = [int(p) for p in packed[count:2 * count]]
-    cum = packed[2 * count:]
+    tokens, parents, cum = read_tree_levels(toks, pars, cums)
     default = count if plan.verify_size is None else int(plan.verify_size)
     budget = min(request.max_tokens, policy_verify_size(request, drafted_depth, lambda: [math.exp(c) for c in cum],
                                                         default, count=count))
     return prune_tree(tokens, parents, cum, budget, "cpu")
+
+
+def read_tree_levels(toks: list[torch.Tensor], pars: list[torch.Tensor],
+                     cums: list[torch.Tensor]) -> tuple[list[int], list[int], list[float]]:
+    """A tree drafted level by level on a device, read to the host in one copy.
+
+    Args:
+        toks, pars, cums: per level, int64 (n_d,) target token ids, int64 (n_d,) parent
+            node indices (-1 = the pending token) and float64 (n_d,) cumulative draft
+            log-probabilities, all on one device.
+
+    Returns:
+        (tokens, parents, log_cum): lists of the n = sum n_d nodes in drafting order.
+    """
+    count = sum(int(t.numel()) for t in toks)
+    packed = torch.cat([torch.cat(toks).double(), torch.cat(pars).double(), torch.cat(cums)]).tolist()
+    return ([int(t) for t in packed[:count]], [int(p) for p in packed[count:2 * count]],
+            packed[2 * count:])
 
 
 def prune_tree(tokens: list[int], parents: list[int], log_cum: list[float], budget: int,

@@ -249,7 +249,7 @@ class SmallLMDraftDrafter:
     def propose(self, request):
         from specloop.realmodels.drafters.base import DraftProposal
         from specloop.realmodels.heads.head_drafting import draft_tree
-        from specloop.realmodels.sampling import check_finite, processed_probs, sample_from
+        from specloop.realmodels.sampling import check_finite, draft_index, processed_probs
         ids = request.ids.tolist()
         if self._cache is None:
             raise ValueError("small-lm draft: propose() before reset()")
@@ -266,10 +266,7 @@ class SmallLMDraftDrafter:
         for step in range(k):
             raw.append(logits)
             probs = processed_probs(logits, request.sampling, check=False)
-            if request.sampling.greedy:
-                tid = probs.argmax().reshape(1)
-            else:
-                tid = torch.full((1,), sample_from(probs, request.generator), dtype=torch.long, device=device)
+            tid = draft_index(probs, request.sampling, request.generator)
             rows.append(probs)
             tokens.append(self.vocab.draft_to_target.index_select(0, tid))
             if step < k - 1:
