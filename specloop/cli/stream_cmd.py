@@ -47,10 +47,13 @@ def register(subparsers) -> None:
                         help=f"comma-separated methods (default {DEFAULT_METHODS}); e.g. vanilla-sd, osd, "
                              "hydra, osd-hydra, opt-hydra, eagle, ens-eagle, eagle3, ens-eagle3, optens-hydra")
     parser.add_argument("--datasets", default="humaneval,mt-bench,ifbench",
-                        help="comma-separated datasets, in domain order (held-out split); a dataset may be a prompt "
+                        help="comma-separated datasets, in domain order (of the --split split); a dataset may be a prompt "
                              "file (.jsonl, .json, .csv, .parquet: rows with 'prompt' or chat 'messages', optional "
                              "'id', 'domain'; every 4th row held out) or a dataset in the local Hugging Face cache "
                              "(owner/name[:split])")
+    parser.add_argument("--split", choices=["heldout", "warmup", "all"], default="heldout",
+                        help="the datasets' split (default heldout); 'all' serves every row of a prompt file "
+                             "(ignored with --replay: the recording's split)")
     parser.add_argument("--order", choices=["shift", "interleave"], default="shift",
                         help="shift: dataset after dataset (domain shift); interleave: round-robin")
     parser.add_argument("--prompts", type=int, default=None,
@@ -115,7 +118,7 @@ def _stream_run(args):
                      prompts=args.prompts if args.prompts is not None or args.replay else 12, raw=args.raw,
                      max_prompt_tokens=args.max_prompt_tokens, dtype=args.dtype, device=args.device,
                      drafts=args.drafts, replay=args.replay, cost_table=args.cost_table,
-                     snapshot_chunks=bool(getattr(args, "snapshot_chunks", False)))
+                     snapshot_chunks=bool(getattr(args, "snapshot_chunks", False)), split=args.split)
 
 
 def _recorded_max_new_tokens(folder) -> int:
@@ -160,7 +163,8 @@ def _result(summaries: dict, failures: dict, items, config, args) -> dict:
     """`specloop.realmodels.streams.results.stream_result` with the parsed flags' target, datasets, order, drafts."""
     from specloop.realmodels.streams.results import stream_result
     return stream_result(summaries, failures, items, config, target=args.target, datasets=args.datasets,
-                         order=args.order, drafts=getattr(args, "drafts", None))
+                         order=args.order, drafts=getattr(args, "drafts", None),
+                         split=getattr(args, "split", "heldout"))
 
 
 def _print_table(result: dict) -> None:

@@ -34,3 +34,17 @@ def test_stream_command_rejects_bad_input(tmp_path, capsys):
     assert "unknown method" in capsys.readouterr().err
     assert main(["stream", "--chunk", "0", "--out", str(tmp_path)]) == 2
     assert "--chunk" in capsys.readouterr().err
+
+
+def test_stream_split_all_serves_every_row_of_a_users_prompt_file(tmp_path, capsys):
+    rows = [{"prompt": f"Write a haiku about the number {i}.", "id": f"r{i}"} for i in range(4)]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    argv = ["stream", "--method", "hydra", "--datasets", str(path), "--prompts", "4", "--chunk", "2",
+            "--max-new-tokens", "4", "--json", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2                          # held-out split (the default): 1 of 4 rows
+    assert "every 4th row is held out" in capsys.readouterr().err
+    assert main(argv + ["--split", "all"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["config"]["split"] == "all" and result["config"]["prompts"] == 4
+    assert len(result["stream"]) == 4 and result["methods"]["hydra"]["mean_accepted_length"] >= 1.0

@@ -50,7 +50,7 @@ def vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
 
 def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, target: str, datasets: str,
                   order: str, drafts: str | None = None, engine: str = "decoder",
-                  recording: str | None = None) -> dict:
+                  recording: str | None = None, split: str = "heldout") -> dict:
     """The stream's result object (module docstring).
 
     Args:
@@ -60,8 +60,8 @@ def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, t
         items: the stream's items (each with a ``dataset``), in order.
         config: the run's `StreamConfig`.
         engine: "decoder" or "replay"; recording: the replayed recording's folder.
-        target, datasets, order, drafts: echoed in the result (``config`` holds
-            datasets, order, drafts, the prompt count and the `StreamConfig` fields).
+        target, datasets, order, drafts, split: echoed in the result (``config`` holds
+            datasets, split, order, drafts, the prompt count and the `StreamConfig` fields).
 
     Raises:
         KeyError: no baseline summary.
@@ -93,7 +93,7 @@ def stream_result(summaries: dict, failures: dict, items: Sequence, config, *, t
             "baseline_tokens_per_s": base_tps,
             "baseline_per_chunk_tokens_per_s": [c["tokens_per_s"] for c in base["chunks"]],
             "stream": domains,
-            "config": {"datasets": datasets, "order": order, "prompts": len(items),
+            "config": {"datasets": datasets, "split": split, "order": order, "prompts": len(items),
                        "drafts": drafts, "recording": recording,
                        "chunk": config.chunk, "max_new_tokens": config.max_new_tokens,
                        "num_draft_tokens": config.num_draft_tokens, **config.online}}
@@ -161,6 +161,10 @@ class StreamRun:
             (``benchmarks/verify_cost.py``; None = the shipped SmolLM2 table).
         snapshot_chunks: online methods keep per-chunk parameter snapshots
             (`StreamRunner` ``snapshot_chunks``; no effect on the result).
+        split: the datasets' split for live decoding (`specloop.data.streams.stream_prompts`:
+            "heldout", the default, "warmup" or "all"; a prompt file is split like a
+            packaged dataset, every 4th row held out, so "all" serves every row). With
+            ``replay`` the recording's split is used.
     """
 
     methods: tuple[str, ...]
@@ -178,6 +182,7 @@ class StreamRun:
     replay: str | None = None
     cost_table: str | None = None
     snapshot_chunks: bool = False
+    split: str = "heldout"
 
 
 def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | None = None) -> dict:
@@ -199,10 +204,10 @@ def serve_stream(run: StreamRun, progress: Callable[[str, int, int], None] | Non
         raise ValueError("--method names no method")
     if run.replay is not None:
         return _serve_replay(run, specs, progress)
-    stream_prompts(run.datasets, run.prompts, run.order)           # a bad prompt file before the model loads
+    stream_prompts(run.datasets, run.prompts, run.order, run.split)    # a bad prompt file before the model loads
     target = load_model(run.target, dtype=run.dtype, device=run.device)
     items = build_stream(run.datasets, run.prompts, target.tokenizer, order=run.order,
-                         chat_template=not run.raw, max_prompt_tokens=run.max_prompt_tokens)
+                         chat_template=not run.raw, max_prompt_tokens=run.max_prompt_tokens, split=run.split)
     out = Path(run.out)
     runner = StreamRunner(target, [list(i.ids) for i in items], out, run.config, drafts_dir=run.drafts,
                           snapshot_chunks=run.snapshot_chunks)
@@ -226,7 +231,7 @@ def _serve_replay(run: StreamRun, specs, progress) -> dict:
                           replay=recording, verify_cost=load_verify_cost(run.cost_table, settings["dtype"]),
                           snapshot_chunks=run.snapshot_chunks)
     replayed = StreamRun(**{**run.__dict__, "target": settings["target"], "datasets": ",".join(settings["datasets"]),
-                            "order": settings["order"]})
+                            "order": settings["order"], "split": settings.get("split", "heldout")})
     return _serve(runner, specs, items, replayed, progress)
 
 
@@ -247,7 +252,7 @@ def _serve(runner, specs, items, run: StreamRun, progress) -> dict:
                 raise
             failures[name] = str(exc)
     result = stream_result(summaries, failures, items, run.config, target=run.target, datasets=run.datasets,
-                           order=run.order, drafts=run.drafts, engine=runner.engine,
+                           order=run.order, drafts=run.drafts, engine=runner.engine, split=run.split,
                            recording=None if run.replay is None else str(run.replay))
     (out / "summary.json").write_text(json.dumps(result, indent=1), encoding="utf-8")
     plot_stream(result, out / "stream.png")
