@@ -63,8 +63,9 @@ def register(subparsers) -> None:
     train.add_argument("--arch", choices=("specloop", "published"), default=None,
                        help="with --kind eagle3: the head's layer. specloop (default): [norm(emb); norm(g)] fused "
                             "2H -> H before attention; published: EAGLE-3's own layer (q/k/v over "
-                            "[input_layernorm(emb); hidden_norm(g)], residual g), which `draft export --format "
-                            "eagle3` writes for vLLM / SGLang. Saved in draft.json; loading rebuilds it")
+                            "[input_layernorm(emb); hidden_norm(g)], residual g), the only one `draft export "
+                            "--format eagle3` writes (the layout vLLM's eagle3 method reads). Saved in draft.json; "
+                            "loading rebuilds it")
     train.add_argument("--tokens", type=int, default=None, help="warm-up corpus size in tokens (default 1.2M)")
     train.add_argument("--steps", type=int, default=None, help="optimizer steps")
     train.add_argument("--batch-size", type=int, default=None)

@@ -321,3 +321,26 @@ def test_epoch_run_keeps_its_arch_across_resumes(target, recording, tmp_path):
     drafter = make_drafter("eagle3", target, checkpoint=str(tmp_path / "run"), train_if_missing=False,
                            progress=False)
     assert type(drafter.head) is PublishedArchEagle3Head
+
+
+def test_cli_export_writes_a_published_arch_head_without_vllm_notes(target, recording, tmp_path, capsys,
+                                                                    monkeypatch):
+    import specloop.realmodels.loading as loading
+    from specloop.cli import main
+    get_trainer("eagle3")(_config("eagle3", recording, tmp_path / "head", steps=3, arch="published"), loaded=target,
+                          progress=False)
+    monkeypatch.setattr(loading, "load_model", lambda name, **kw: target)
+    code = main(["draft", "export", "--target", "tiny", "--kind", "eagle3", "--checkpoint", str(tmp_path / "head"),
+                 "--format", "eagle3", "--out", str(tmp_path / "out")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "note:" not in captured.err and "as eagle3" in captured.out
+    trained = make_drafter("eagle3", target, checkpoint=str(tmp_path / "head"), train_if_missing=False,
+                           progress=False)
+    loaded = make_drafter(f"eagle3:{tmp_path / 'out'}", target)
+    a, b = _states(trained), _states(loaded)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    get_trainer("eagle3")(_config("eagle3", recording, tmp_path / "own", steps=3), loaded=target, progress=False)
+    assert main(["draft", "export", "--target", "tiny", "--kind", "eagle3", "--checkpoint", str(tmp_path / "own"),
+                 "--format", "eagle3", "--out", str(tmp_path / "refused")]) == 2
+    assert "train the head with --arch published" in capsys.readouterr().err
