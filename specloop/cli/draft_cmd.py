@@ -36,7 +36,7 @@ the recording's float16 hidden states (no target forward), every 10th prompt hel
 a recording made by another target or missing a layer the head reads is refused.
 ``--arch published`` (``--kind eagle3``) trains EAGLE-3's own layer instead of specloop's
 fused one (`specloop.realmodels.heads.eagle3_arch`); ``export --format eagle3`` writes
-such a head for vLLM / SGLang, and only such a head.
+such a head (and only such a head) in the published layout vLLM's eagle3 method reads.
 ``--json`` prints the training report (keys include ``kind``, ``target``,
 ``heldout_top1``, ``train_seconds``, ``path``). Exit 0 on success, 2 on bad input.
 """

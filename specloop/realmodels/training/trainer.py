@@ -95,7 +95,7 @@ class TrainConfig:
             target's greedy answer tokens of the training prompts (the answer sets'
             own target tokens) instead of prompt tokens + labels.
         arch: EAGLE-3 layer, "specloop" (default) or "published" (EAGLE-3's own layer,
-            exportable to vLLM / SGLang; `specloop.realmodels.heads.eagle3_arch`);
+            exportable in the published layout; `specloop.realmodels.heads.eagle3_arch`);
             kind "eagle3" only. Left out of `to_dict` when "specloop", so reports and
             resume signatures written before the option read the same.
     """
