@@ -1,6 +1,7 @@
 """``specloop draft``: offline training of learned drafts for a real target.
 
     specloop draft train --target smollm2-135m --kind eagle|eagle3|medusa|hydra|small-lm
+                         [--arch specloop|published] (eagle3 only)
                          [--tokens N] [--steps S] [--corpus-mix SRC=W,...] [--quick] [--json]
                          [--init-from FOLDER|pretrained [--revocab]]
                          [--from-recording REC ... [--recording-positions continuation|all]
@@ -33,6 +34,9 @@ datasets or the target's chat responses, for a domain-shift stream.
 recorded prompts (self-distillation, as Medusa-2 / EAGLE-3 train), features read from
 the recording's float16 hidden states (no target forward), every 10th prompt held out;
 a recording made by another target or missing a layer the head reads is refused.
+``--arch published`` (``--kind eagle3``) trains EAGLE-3's own layer instead of specloop's
+fused one (`specloop.realmodels.heads.eagle3_arch`); ``export --format eagle3`` writes
+such a head (and only such a head) in the published layout vLLM's eagle3 method reads.
 ``--json`` prints the training report (keys include ``kind``, ``target``,
 ``heldout_top1``, ``train_seconds``, ``path``). Exit 0 on success, 2 on bad input.
 """
@@ -56,6 +60,12 @@ def register(subparsers) -> None:
     train = sub.add_parser("train", help="train a draft offline on target features of real text")
     train.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
     train.add_argument("--kind", required=True, choices=KINDS)
+    train.add_argument("--arch", choices=("specloop", "published"), default=None,
+                       help="with --kind eagle3: the head's layer. specloop (default): [norm(emb); norm(g)] fused "
+                            "2H -> H before attention; published: EAGLE-3's own layer (q/k/v over "
+                            "[input_layernorm(emb); hidden_norm(g)], residual g), the only one `draft export "
+                            "--format eagle3` writes (the layout vLLM's eagle3 method reads). Saved in draft.json; "
+                            "loading rebuilds it")
     train.add_argument("--tokens", type=int, default=None, help="warm-up corpus size in tokens (default 1.2M)")
     train.add_argument("--steps", type=int, default=None, help="optimizer steps")
     train.add_argument("--batch-size", type=int, default=None)
@@ -196,6 +206,10 @@ def _train_config(args, rebuilt=(), evals=()):
     recording = _recording_values(args, rebuilt)
     recording.update(_epoch_values(args, evals))
     values = dict(QUICK) if args.quick else {}
+    if getattr(args, "arch", None) is not None:
+        if args.kind != "eagle3":
+            raise ValueError(f"--arch chooses the EAGLE-3 layer: it needs --kind eagle3, not {args.kind}")
+        values["arch"] = args.arch
     if recording and args.quick:
         values.pop("tokens")
     values.update(recording)
@@ -260,6 +274,8 @@ def _train(args: argparse.Namespace) -> int:
                 in_folders=("recordings=--from-recording", "answer_sets=--from-answers", "eval_answers=--eval-answers")
                 + (("init_from",) if args.init_from not in (None, "pretrained") else ()))
     _check_answer_args(args)
+    if args.arch is not None and args.kind != "eagle3":       # before any recording is rebuilt
+        raise ValueError(f"--arch chooses the EAGLE-3 layer: it needs --kind eagle3, not {args.kind}")
     if args.answer_sets or args.epochs is not None:
         return _train_resumable(args)
     config = _train_config(args)

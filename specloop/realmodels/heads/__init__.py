@@ -3,6 +3,7 @@
 
 * `common`           -- the reduced output vocabulary and the draft files (save / load).
 * `eagle`            -- the EAGLE / EAGLE-3 head module.
+* `eagle3_arch`      -- the EAGLE-3 layer choice (``--arch specloop|published``; the published layer).
 * `eagle_drafter`    -- EAGLE / EAGLE-3 heads behind the `Drafter` interface, built from a saved draft.
 * `medusa`, `hydra`  -- the Medusa and Hydra head modules.
 * `head_drafting`    -- chain and tree drafting for the feature heads (`MedusaDrafter`, `HydraDrafter`).

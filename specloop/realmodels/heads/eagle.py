@@ -47,6 +47,12 @@ class EagleConfig:
         target_vocab_size: V_target, tokens.
         feature_layers: indices into the target's ``hidden_states`` the head reads
             ((-1,) for EAGLE; low/mid/high for EAGLE-3).
+        arch: the EAGLE-3 layer: "specloop" (the fused 2H -> H input above, default)
+            or "published" (EAGLE-3's own layer, q/k/v over [input_layernorm(emb);
+            hidden_norm(g)] with residual g:
+            `specloop.realmodels.heads.eagle3_arch`). "published" needs kind
+            "eagle3". `to_dict` leaves the default out, so configs saved before the
+            option (and their resume signatures) read the same.
     """
 
     kind: str
@@ -60,10 +66,15 @@ class EagleConfig:
     draft_vocab_size: int
     target_vocab_size: int
     feature_layers: tuple[int, ...] = field(default=(-1,))
+    arch: str = "specloop"
 
     def __post_init__(self) -> None:
         if self.kind not in ("eagle", "eagle3"):
             raise ValueError(f"EagleConfig.kind must be 'eagle' or 'eagle3', got {self.kind!r}")
+        if self.arch not in ("specloop", "published"):
+            raise ValueError(f"EagleConfig.arch must be 'specloop' or 'published', got {self.arch!r}")
+        if self.arch == "published" and self.kind != "eagle3":
+            raise ValueError("EagleConfig.arch 'published' is an EAGLE-3 layer: it needs kind 'eagle3'")
         if self.kind == "eagle" and tuple(self.feature_layers) != (-1,):
             raise ValueError("an EAGLE head reads the last layer only: feature_layers=(-1,)")
         if self.kind == "eagle3" and len(self.feature_layers) != 3:
@@ -76,8 +87,9 @@ class EagleConfig:
 
     @classmethod
     def from_target(cls, config, kind: str, draft_vocab_size: int,
-                    feature_layers: tuple[int, ...] | None = None) -> "EagleConfig":
-        """Copy the shapes of a transformers Llama-style ``config``."""
+                    feature_layers: tuple[int, ...] | None = None, arch: str = "specloop") -> "EagleConfig":
+        """Copy the shapes of a transformers Llama-style ``config`` (``arch`` as the
+        attribute)."""
         heads = int(config.num_attention_heads)
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // heads)
         rope = getattr(config, "rope_parameters", None) or {}
@@ -87,10 +99,14 @@ class EagleConfig:
             feature_layers = (-1,) if kind == "eagle" else (2, n // 2, n - 3)
         return cls(kind, int(config.hidden_size), heads, int(getattr(config, "num_key_value_heads", heads)),
                    head_dim, int(config.intermediate_size), float(config.rms_norm_eps), theta,
-                   int(draft_vocab_size), int(config.vocab_size), tuple(feature_layers))
+                   int(draft_vocab_size), int(config.vocab_size), tuple(feature_layers), arch)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a JSON-able dict; ``arch`` only when not "specloop"."""
+        out = asdict(self)
+        if out["arch"] == "specloop":
+            del out["arch"]
+        return out
 
 
 class RMSNorm(nn.Module):

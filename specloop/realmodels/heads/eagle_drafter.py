@@ -306,7 +306,8 @@ def eagle_drafter_from_saved(target, kind: str, tensors: dict, meta: dict,
     # embedding and LM head), then placed on that device in the drafting dtype
     embed = model.get_input_embeddings().weight.detach()
     lm = model.get_output_embeddings().weight.detach()
-    head = EagleHead(head_cfg, embed.float(), lm[d2t.to(lm.device)].float())
+    from specloop.realmodels.heads.eagle3_arch import build_eagle_head
+    head = build_eagle_head(head_cfg, embed.float(), lm[d2t.to(lm.device)].float())    # the saved arch's layer
     head.load_state_dict(tensors, strict=True)
     head = head.to(device=embed.device, dtype=head_dtype)
     drafter = EagleDrafter(head, vocab, name=kind)

@@ -52,7 +52,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specloop.realmodels.heads.common import ReducedVocab
-from specloop.realmodels.heads.eagle import EagleConfig, EagleHead, RMSNorm
+from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
+from specloop.realmodels.heads.eagle3_arch import PublishedArchEagle3Head
 from specloop.realmodels.heads.eagle_drafter import EagleDrafter
 from specloop.realmodels.heads.published_files import (IdentityVocab, no_leftovers, read_config,
                                                        read_tensors, require_equal, take, target_shapes,
@@ -110,7 +111,7 @@ def _eagle_config(cfg: dict, kind: str, draft_vocab: int, vocab: int, layers: tu
     return EagleConfig(kind, hsz, heads, int(cfg.get("num_key_value_heads") or heads),
                        int(cfg.get("head_dim") or hsz // heads), int(cfg["intermediate_size"]),
                        float(cfg.get("rms_norm_eps", 1e-6)), _rope_settings(cfg)[0],
-                       draft_vocab, vocab, layers)
+                       draft_vocab, vocab, layers, "published" if kind == "eagle3" else "specloop")
 
 
 class _ScaledRope:
@@ -235,58 +236,29 @@ def _eagle_drafter(head: EagleHead, vocab: ReducedVocab, name: str, target, dtyp
 
 
 # --------------------------------------------------------------------------- EAGLE-3
-class _HalfNorm(nn.Module):
-    """[e; g] (2H) -> [e; hidden_norm(g)]: EAGLE-3's attention input from the head's
-    layer input x = [input_layernorm(emb); g]."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.hidden_norm = RMSNorm(size, eps)
-        self.size = size
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([x[..., :self.size], self.hidden_norm(x[..., self.size:])], -1)
-
-
-class PublishedEagle3Head(_ScaledRope, EagleHead):
-    """EAGLE-3's published head. The layer input is x = [input_layernorm(emb(t)); g]
-    [..., 2H] (g = fc(features) at step 1, the head's own output after), q/k/v read
-    [input_layernorm(emb); hidden_norm(g)] and the residual is g (hidden_norm(g) with
-    ``norm_before_residual``); logits = lm_head(norm(h)) over V_draft. ``norm_emb`` is
-    the checkpoint's ``input_layernorm``, ``input_norm.hidden_norm`` its ``hidden_norm``.
+class PublishedEagle3Head(_ScaledRope, PublishedArchEagle3Head):
+    """EAGLE-3's published head as a checkpoint defines it: the layer of
+    `specloop.realmodels.heads.eagle3_arch.PublishedArchEagle3Head` (x = [input_layernorm(emb(t));
+    g] [..., 2H], q/k/v over [input_layernorm(emb); hidden_norm(g)], residual g, or
+    hidden_norm(g) with ``norm_before_residual``; logits = lm_head(norm(h)) over V_draft)
+    with the checkpoint's RoPE scaling. ``norm_emb`` is the checkpoint's
+    ``input_layernorm``, ``input_norm.hidden_norm`` its ``hidden_norm``.
 
     Args:
-        config: ``kind="eagle3"``; embed_weight [V, H]; lm_weight [V_draft, H] (the
-            checkpoint's ``lm_head``, trainable).
+        config: ``kind="eagle3"``, ``arch="published"``; embed_weight [V, H]; lm_weight
+            [V_draft, H] (the checkpoint's ``lm_head``, trainable).
         target_hidden_size: H_t, width of each of the three target features.
         norm_before_residual: vLLM's option (default False, as the reference).
+        rope_inv_freq: [head_dim / 2] float32 rotary frequencies (`rope_inv_freq`), or
+            None for plain RoPE.
     """
 
     def __init__(self, config: EagleConfig, embed_weight: torch.Tensor, lm_weight: torch.Tensor, *,
                  target_hidden_size: int, norm_before_residual: bool = False,
                  rope_inv_freq: torch.Tensor | None = None) -> None:
-        super().__init__(config, embed_weight, lm_weight)
+        super().__init__(config, embed_weight, lm_weight, target_hidden_size=target_hidden_size,
+                         norm_before_residual=norm_before_residual)
         self.set_rope(rope_inv_freq)
-        c = config
-        hsz, width = c.hidden_size, 2 * c.hidden_size
-        self.fc_feat = nn.Linear(3 * target_hidden_size, hsz, bias=False)
-        self.fuse = None
-        self.norm_feat = None
-        self.input_norm = _HalfNorm(hsz, c.rms_norm_eps)
-        self.q_proj = nn.Linear(width, c.num_heads * c.head_dim, bias=False)
-        self.k_proj = nn.Linear(width, c.num_kv_heads * c.head_dim, bias=False)
-        self.v_proj = nn.Linear(width, c.num_kv_heads * c.head_dim, bias=False)
-        self.norm_before_residual = bool(norm_before_residual)
-
-    def embed_input(self, tokens: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
-        """x = [input_layernorm(emb(tokens)); feats] [..., T, 2H]."""
-        emb = F.embedding(tokens.long(), self.embed_weight).to(feats.dtype)
-        return torch.cat([self.norm_emb(emb), feats], -1)
-
-    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-        """Residual g (the second half of x) + o_proj(attn), then the MLP."""
-        g = x[..., self.config.hidden_size:]
-        return super().finish(self.input_norm.hidden_norm(g) if self.norm_before_residual else g, attn)
 
 
 def eagle3_layer_ids(cfg: dict, num_layers: int) -> tuple[int, int, int]:

@@ -18,11 +18,22 @@ What converts exactly, and what is refused (a one-line ``ValueError`` with the r
   before attention (EAGLE-1/2 has none of these norms; a norm of a varying vector
   does not fold into a linear map), and it drafts over a reduced vocabulary while
   EAGLE-1/2 uses the target's full LM head.
-* specloop's own EAGLE-3 head (``eagle3``) is refused for the ``eagle3`` format: it
-  mixes [norm(emb); norm(g)] through a 2H -> H ``fuse`` layer and RMS-normalises that
-  before attention with the fused vector as residual, while EAGLE-3 feeds
-  [input_layernorm(emb); hidden_norm(g)] (2H) to q/k/v with residual g. (Its reduced
-  vocabulary alone would convert exactly: it is EAGLE-3's ``d2t`` / ``t2d``.)
+* specloop's own EAGLE-3 head (``eagle3``, ``--arch specloop``, the default) is refused
+  for the ``eagle3`` format: it mixes [norm(emb); norm(g)] through a 2H -> H ``fuse``
+  layer and RMS-normalises that before attention with the fused vector as residual,
+  while EAGLE-3 feeds [input_layernorm(emb); hidden_norm(g)] (2H) to q/k/v with
+  residual g. (Its reduced vocabulary alone would convert exactly: it is EAGLE-3's
+  ``d2t`` / ``t2d``.)
+* An EAGLE-3 head trained with ``--arch published``
+  (`specloop.realmodels.heads.eagle3_arch`) is that layer: it is written exactly,
+  tensors (float32, as trained; H hidden, V target vocabulary, V_d draft vocabulary)
+  ``fc.weight`` [H, 3H], ``midlayer.input_layernorm.weight`` /
+  ``midlayer.hidden_norm.weight`` / ``midlayer.post_attention_layernorm.weight`` [H],
+  ``midlayer.self_attn.q_proj.weight`` [nh*hd, 2H], ``k_proj`` / ``v_proj`` [nkv*hd, 2H],
+  ``o_proj`` [H, nh*hd], ``midlayer.mlp.gate_proj`` / ``up_proj`` [I, H], ``down_proj``
+  [H, I], ``norm.weight`` [H], ``lm_head.weight`` [V_d, H], ``d2t`` int64 [V_d]
+  (target id - draft id) and ``t2d`` bool [V]; ``config.json`` from
+  `eagle3_arch.published_eagle3_config` (no ``embed_tokens``: it uses the target's).
 * Any head into another family's format is refused.
 
 * ``vllm-medusa``: vLLM's own Medusa layout (below). It converts more than ``medusa``:
@@ -85,7 +96,8 @@ _EAGLE_REFUSAL = ("specloop's EAGLE head cannot be written as EAGLE-1/2 exactly:
 _EAGLE3_REFUSAL = ("specloop's EAGLE-3 head cannot be written as EAGLE-3 exactly: its 2H -> H fuse layer and the "
                    "RMSNorm of the fused input before attention (with the fused vector as residual) have no "
                    "counterpart in the format, whose q/k/v read [input_layernorm(emb); hidden_norm(g)] with "
-                   "residual g (the reduced vocabulary alone would convert, as d2t/t2d)")
+                   "residual g (the reduced vocabulary alone would convert, as d2t/t2d); train the head with "
+                   "--arch published to export it")
 
 
 def _cpu(t: torch.Tensor) -> torch.Tensor:
@@ -124,9 +136,9 @@ def _eagle_tensors(drafter, target) -> tuple[dict, dict]:
 
 
 def _eagle3_tensors(drafter, target) -> tuple[dict, dict]:
-    from specloop.realmodels.heads.published import PublishedEagle3Head
+    from specloop.realmodels.heads.eagle3_arch import PublishedArchEagle3Head, published_eagle3_config
     head = drafter.head
-    if not isinstance(head, PublishedEagle3Head):
+    if not isinstance(head, PublishedArchEagle3Head):      # a published checkpoint's or --arch published
         raise ValueError(_EAGLE3_REFUSAL)
     d2t = drafter.vocab.d2t.detach().cpu().long()
     t2d = torch.zeros(drafter.vocab.target_vocab_size, dtype=torch.bool)
@@ -136,7 +148,10 @@ def _eagle3_tensors(drafter, target) -> tuple[dict, dict]:
          "midlayer.hidden_norm.weight": _cpu(head.input_norm.hidden_norm.weight),
          "norm.weight": _cpu(head.out_norm.weight), "lm_head.weight": _cpu(head.lm_head),
          "d2t": d2t - torch.arange(d2t.numel()), "t2d": t2d, **_embedding_if_own(head, target)}
-    cfg = {**_LLAMA_IDS, **head.published_config, "draft_vocab_size": int(d2t.numel())}
+    source = getattr(head, "published_config", None)
+    if source is None:      # trained by specloop (--arch published): the config from its shapes
+        source = published_eagle3_config(head.config, target.model.config)
+    cfg = {**_LLAMA_IDS, **source, "draft_vocab_size": int(d2t.numel())}
     return t, cfg
 
 

@@ -12,6 +12,8 @@ Held-out top-1 agreement is measured on the corpus's validation slice (documents
 never trained on). With ``config.recordings`` the data is a stream recording instead
 (`recording_data`: the target's own greedy answers, self-distillation; held out =
 every `recording_data.VAL_EVERY`-th prompt). Registered for kinds ``eagle`` and ``eagle3``.
+``config.arch`` picks the EAGLE-3 layer (`specloop.realmodels.heads.eagle3_arch`:
+specloop's fused layer or the published one); the loss, data and schedule are the same.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import torch.nn.functional as F
 
 from specloop.realmodels.heads.common import ReducedVocab, build_reduced_vocab, draft_dir, save_draft
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
+from specloop.realmodels.heads.eagle3_arch import build_eagle_head
 from specloop.realmodels.training.head_data import choose_vocab_size, open_training_parts, remap_state_vocab
 from specloop.realmodels.training.trainer import (FeatureBatcher, Stopwatch, TrainConfig, cosine_lr,
                                                    register_trainer, top1_agreement, topk_soft_ce,
@@ -276,9 +279,13 @@ def train_eagle(config: TrainConfig, *, loaded=None, progress: bool = True) -> d
         vocab = _new_vocab(config, counts, val_top1, target_cfg) if config.revocab else saved
     else:
         saved, vocab = None, _new_vocab(config, counts, val_top1, target_cfg)
-    head_cfg = EagleConfig.from_target(target_cfg, config.kind, vocab.size)
-    head = EagleHead(head_cfg, embed, lm[vocab.d2t])
+    head_cfg = EagleConfig.from_target(target_cfg, config.kind, vocab.size, arch=config.arch)
+    head = build_eagle_head(head_cfg, embed, lm[vocab.d2t])
     if init is not None:
+        saved_arch = (init_meta.get("config") or {}).get("arch", "specloop")
+        if saved_arch != config.arch:
+            raise ValueError(f"--init-from holds an eagle3 head of arch {saved_arch!r}, not {config.arch!r} "
+                             f"(pass --arch {saved_arch})")
         if vocab is not saved:       # --revocab: the same remap as the other kinds (head_data)
             init = remap_state_vocab(init, head.state_dict(), saved, vocab)
         head.load_state_dict(init, strict=True)

@@ -94,6 +94,10 @@ class TrainConfig:
         vocab_from_answers: choose the reduced vocabulary from the counts of the
             target's greedy answer tokens of the training prompts (the answer sets'
             own target tokens) instead of prompt tokens + labels.
+        arch: EAGLE-3 layer, "specloop" (default) or "published" (EAGLE-3's own layer,
+            exportable in the published layout; `specloop.realmodels.heads.eagle3_arch`);
+            kind "eagle3" only. Left out of `to_dict` when "specloop", so reports and
+            resume signatures written before the option read the same.
     """
 
     target: str = "smollm2-135m"
@@ -126,8 +130,14 @@ class TrainConfig:
     budget_minutes: float | None = None
     eval_recordings: tuple[str, ...] = ()
     vocab_from_answers: bool = False
+    arch: str = "specloop"
 
     def __post_init__(self) -> None:
+        if self.arch not in ("specloop", "published"):
+            raise ValueError(f"TrainConfig.arch must be 'specloop' or 'published', got {self.arch!r}")
+        if self.arch != "specloop" and self.kind != "eagle3":
+            raise ValueError(f"TrainConfig.arch {self.arch!r} is an EAGLE-3 layer: it needs kind 'eagle3', "
+                             f"not {self.kind!r}")
         if self.revocab and not self.init_from:
             raise ValueError("TrainConfig.revocab needs init_from (a saved draft to continue)")
         self.recordings = tuple(str(r) for r in (self.recordings or ()))
@@ -166,7 +176,11 @@ class TrainConfig:
         PieceSettings(self.checkpoint_every_steps, self.checkpoint_every_minutes, self.budget_minutes)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict; ``arch`` only when not "specloop"."""
+        out = asdict(self)
+        if out["arch"] == "specloop":
+            del out["arch"]
+        return out
 
 
 def register_trainer(kind: str, fn: Callable[..., dict], *, overwrite: bool = False) -> None:
