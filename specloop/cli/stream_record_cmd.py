@@ -39,6 +39,9 @@ def register_record(sub) -> None:
     parser.add_argument("--from-answers", default=None, metavar="DIR",
                         help="rebuild the recording from an answer set by teacher-forced prefill (no generation); "
                              "target, dtype and prompts come from the set")
+    parser.add_argument("--every", type=int, default=1, metavar="N",
+                        help="with --from-answers: keep every N-th prompt of the set (a sub-stream in the set's "
+                             "domain order; --prompts then counts the kept prompts)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--max-prompt-tokens", type=int, default=512, help="keep the last N prompt tokens")
     parser.add_argument("--raw", action="store_true", help="do not apply the chat template")
@@ -108,6 +111,8 @@ def _rebuild(args) -> dict:
     from specloop.realmodels.loading import load_model
     if args.prompts is not None and args.prompts < 1:
         raise ValueError(f"--prompts must be >= 1, got {args.prompts}")
+    if args.every < 1:
+        raise ValueError(f"--every must be >= 1, got {args.every}")
     settings = open_answer_set(args.from_answers).settings
     target = load_model(settings["target"], dtype=settings["dtype"], device=args.device)
     bar = ResumedBar("rebuild", args.json)
@@ -115,7 +120,7 @@ def _rebuild(args) -> dict:
     try:
         manifest = rebuild_recording(target, args.from_answers, args.out, prompts=args.prompts, top_m=args.top_m,
                                      batch_size=args.batch_size, shard_size=args.shard_size,
-                                     feature_dtype=args.feature_dtype, progress=bar.progress)
+                                     feature_dtype=args.feature_dtype, progress=bar.progress, every=args.every)
     finally:
         bar.close()
     seconds = sum(s["seconds"] for s in manifest["shards"])
@@ -131,6 +136,8 @@ def run_record(args) -> int:
         if args.from_answers is not None:
             result = _rebuild(args)
         else:
+            if args.every != 1:
+                raise ValueError("--every selects prompts of an answer set: give --from-answers DIR")
             if args.prompts is None:
                 args.prompts = 12
             result = _record(args)

@@ -90,3 +90,11 @@ def test_missing_input_folders_are_refused_before_any_model_work(tmp_path, capsy
                  ["simulate", "chain", "--cost", "table", "--cost-table", str(missing)]):
         _refused(argv, capsys, str(missing))
         assert not out.exists(), argv
+
+
+def test_every_without_an_answer_set_is_refused(tmp_path, capsys):
+    from specloop.cli import main
+    out = tmp_path / "rec"
+    assert main(["stream", "record", "--every", "2", "--out", str(out)]) == 2
+    assert "--from-answers" in capsys.readouterr().err
+    assert not out.exists()

@@ -212,3 +212,24 @@ def test_a_recording_rebuilt_from_answers_equals_a_direct_recording(tmp_path):
         rebuild_recording(_target(seed=5), tmp_path / "answers", tmp_path / "rec2")
     with pytest.raises(ValueError, match="holds 7"):
         rebuild_recording(target, tmp_path / "answers", tmp_path / "rec3", prompts=8)
+
+
+def test_a_sub_stream_rebuild_keeps_every_nth_prompt_in_order(tmp_path):
+    """``every=N``: the recording of prompts 0, N, 2N, ... of the set, equal prompt for
+    prompt to the full rebuild's; its size bound and the manifest's ``every``."""
+    from specloop.realmodels.answers.rebuild import rebuild_recording
+    from specloop.realmodels.recording import open_recording
+    prompts, target = _prompts(7), _target()
+    generate_answer_set(target, _items(prompts), tmp_path / "answers", _settings(7))
+    full = rebuild_recording(target, tmp_path / "answers", tmp_path / "full", top_m=5, batch_size=3, shard_size=4)
+    sub = rebuild_recording(target, tmp_path / "answers", tmp_path / "sub", top_m=5, batch_size=3, shard_size=4,
+                            every=3)
+    assert full["complete"] and sub["complete"] and sub["every"] == 3 and "every" not in full
+    a, b = open_recording(tmp_path / "full"), open_recording(tmp_path / "sub")
+    assert b.num_prompts == 3                        # prompts 0, 3, 6
+    for j, i in enumerate((0, 3, 6)):
+        assert b.prompt(j)["tokens"].tolist() == a.prompt(i)["tokens"].tolist()
+    with pytest.raises(ValueError, match="3 at every 3-th"):
+        rebuild_recording(target, tmp_path / "answers", tmp_path / "sub2", prompts=4, every=3)
+    with pytest.raises(ValueError, match="every must be"):
+        rebuild_recording(target, tmp_path / "answers", tmp_path / "sub3", every=0)

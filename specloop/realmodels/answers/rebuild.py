@@ -171,7 +171,7 @@ def write_shards(model, out: Path, settings, eos, shard_records, *, extra: dict 
 
 def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = None, top_m: int = 32,
                       batch_size: int = 4, shard_size: int = 32, feature_dtype: str = "float16",
-                      progress=None) -> dict:
+                      progress=None, every: int = 1) -> dict:
     """Write the recording of an answer set's first ``prompts`` prompts into ``out_dir``.
 
     Args:
@@ -182,13 +182,18 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
             feature_dtype: as `RecordSettings`. batch_size: rows per prefill forward.
         progress: optional callable(prompts_done, prompts_total), first with the
             prompts already recorded (a resumed rebuild), then after each shard.
+        every: keep every ``every``-th prompt of the set (int >= 1; its 0th,
+            every-th, ...): a sub-stream in the set's own domain order; ``prompts``
+            then counts the kept prompts (None: all of them). The manifest's
+            ``every`` says which.
 
     Returns:
         the recording's manifest.
 
     Raises:
         ValueError: another target / dtype / tokenizer than the set's, ``prompts``
-            outside 1..the set's size, a recording with other settings in ``out_dir``;
+            outside 1..the set's (sub-stream's) size, ``every`` < 1, a recording with
+            other settings in ``out_dir``;
             `DamagedPieceError` for a damaged piece.
     """
     from specloop.realmodels.answers.answer_set import open_answer_set, target_fingerprint, tokenizer_sha256
@@ -200,10 +205,16 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
                          f"{target.name!r} as loaded (target fingerprint differs)")
     if target.tokenizer is not None and answers.manifest["tokenizer_sha256"] != tokenizer_sha256(target.tokenizer):
         raise ValueError(f"{answers_dir} was generated with another tokenizer or chat template")
-    count = answers.num_prompts if prompts is None else int(prompts)
-    if not 1 <= count <= answers.num_prompts:
-        raise ValueError(f"asked for {prompts} prompts; {answers_dir} holds {answers.num_prompts}")
-    records = [r for _, r in zip(range(count), answers.records())]
+    if int(every) != every or every < 1:
+        raise ValueError(f"every must be an int >= 1, got {every}")
+    every = int(every)
+    available = -(-answers.num_prompts // every)
+    count = available if prompts is None else int(prompts)
+    if not 1 <= count <= available:
+        raise ValueError(f"asked for {prompts} prompts; {answers_dir} holds {answers.num_prompts}"
+                         + (f" ({available} at every {every}-th)" if every > 1 else ""))
+    kept = (r for i, r in enumerate(answers.records()) if i % every == 0)
+    records = [r for _, r in zip(range(count), kept)]
     s = answers.settings
     layers = head_feature_layers(target.model.config)
     settings = RecordSettings(target=s["target"], dtype=s["dtype"], datasets=tuple(s["datasets"]), split=s["split"],
@@ -218,5 +229,6 @@ def rebuild_recording(target, answers_dir, out_dir, *, prompts: int | None = Non
     with folder_lock(out):
         manifest, redo = write_shards(target.model, out, settings, answers.manifest["eos_ids"],
                                       lambda first, n: records[first:first + n],
-                                      extra={"answers": str(answers_dir)}, progress=progress)
+                                      extra={"answers": str(answers_dir), **({"every": every} if every > 1 else {})},
+                                      progress=progress)
     return {**manifest, "redone": redone_note(redo, manifest)} if redo else manifest
