@@ -110,6 +110,32 @@ def test_training_time_test_matches_incremental_inference(kind):
             nk, nv = torch.cat([nk, k], 1), torch.cat([nv, v], 1)
 
 
+@pytest.mark.parametrize("kind", ["eagle", "eagle3"])
+def test_a_batch_of_tree_nodes_equals_each_node_drafted_alone(kind):
+    """step_nodes over n nodes with a tree mask == n calls with one node each, each
+    seeing only its own ancestors among the earlier nodes (the batch shares one key
+    set; nothing may leak between siblings)."""
+    head = _random_head(kind, seed=3)
+    width = 32 if kind == "eagle" else 96
+    torch.manual_seed(4)
+    cache, h = head.extend(head.empty_cache(), torch.randn(6, width), torch.randint(0, 100, (6,)))
+    m, n = 5, 4
+    node_k, node_v = torch.randn(2, m, 8), torch.randn(2, m, 8)
+    mask = torch.tensor([[1, 0, 1, 0, 0], [1, 1, 0, 0, 0], [0, 0, 0, 1, 1], [1, 0, 0, 0, 1]], dtype=torch.bool)
+    parent_h, tokens = torch.randn(n, 32), torch.randint(0, 100, (n,))
+    positions = torch.tensor([7, 7, 8, 9])
+    h_all, lg_all, k_all, v_all = head.step_nodes(cache, parent_h, tokens, positions, node_k, node_v, mask)
+    assert h_all.shape == (n, 32) and lg_all.shape == (n, 50) and k_all.shape == (2, n, 8)
+    for i in range(n):
+        seen = mask[i].nonzero()[:, 0]
+        h_i, lg_i, k_i, v_i = head.step_nodes(cache, parent_h[i:i + 1], tokens[i:i + 1], positions[i:i + 1],
+                                              node_k[:, seen], node_v[:, seen],
+                                              torch.ones(1, len(seen), dtype=torch.bool))
+        torch.testing.assert_close(h_all[i], h_i[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(lg_all[i], lg_i[0], atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(k_all[:, i], k_i[:, 0])
+
+
 def test_config_rejects_bad_input():
     with pytest.raises(ValueError):
         EagleConfig("medusa", 32, 4, 2, 8, 64, 1e-6, 1e4, 50, 100)

@@ -368,15 +368,19 @@ class EagleHead(nn.Module):
         x = self.embed_input(tokens[:, None], parent_h[:, None])        # [n, 1, H]
         q, k, v = self._qkv_each(x, positions)
         n = x.shape[0]
-        g = self._groups()
-        kk = torch.cat([cache.k[None].expand(n, -1, -1, -1), node_k[None].expand(n, -1, -1, -1), k], 2)
-        vv = torch.cat([cache.v[None].expand(n, -1, -1, -1), node_v[None].expand(n, -1, -1, -1), v], 2)
+        # one key set for all n nodes (cache, earlier nodes, this step's nodes), the nodes
+        # as n queries of one batch and a tree mask: the cache is read, never copied n
+        # or g times (grouped-query heads share their KV head through enable_gqa)
+        new_k, new_v = k[:, :, 0].transpose(0, 1), v[:, :, 0].transpose(0, 1)         # [nkv, n, hd]
+        keys = torch.cat([cache.k, node_k, new_k], 1)[None]
+        vals = torch.cat([cache.v, node_v, new_v], 1)[None]
         allowed = torch.cat([torch.ones(n, cache.length, dtype=torch.bool, device=x.device), ancestor_mask,
-                             torch.ones(n, 1, dtype=torch.bool, device=x.device)], 1)
-        attn = F.scaled_dot_product_attention(q, kk.repeat_interleave(g, 1), vv.repeat_interleave(g, 1),
-                                              attn_mask=allowed[:, None, None, :])
-        h = self.finish(x, attn)[:, 0]
-        return h, self.logits(h), k[:, :, 0].transpose(0, 1), v[:, :, 0].transpose(0, 1)
+                             torch.eye(n, dtype=torch.bool, device=x.device)], 1)
+        queries = q[:, :, 0].transpose(0, 1)[None]                                     # [1, nh, n, hd]
+        attn = F.scaled_dot_product_attention(queries, keys, vals, attn_mask=allowed[None, None],
+                                              enable_gqa=self._groups() > 1)
+        h = self.finish(x, attn[0].transpose(0, 1)[:, :, None])[:, 0]
+        return h, self.logits(h), new_k, new_v
 
     def _qkv_each(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """qkv for [n, 1, H] inputs, each at its own position."""
