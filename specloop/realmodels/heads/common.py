@@ -9,8 +9,8 @@ the draft index of target id t, or -1 outside the subset.
 
 Draft files: ``<root>/drafts/<target>/<kind>/draft.safetensors`` (tensors) +
 ``draft.json`` (config, training config and results), where root is
-``$SPECLOOP_CACHE`` or ``~/.cache/specloop``. A float16 copy of a final draft may
-ship in the package as ``specloop/realmodels/heads/pretrained/<target>-<kind>
+``$SPECLOOP_CACHE`` or ``~/.cache/specloop``. A compact copy of a final draft (int8
+matrices with row scales, `specloop.realmodels.heads.compact`, or float16) may ship in the package as ``specloop/realmodels/heads/pretrained/<target>-<kind>
 .safetensors`` + ``.json``; `load_draft` reads the cache first, then that file.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,7 @@ class ReducedVocab:
 
     d2t: torch.Tensor
     target_vocab_size: int
+    _on_device: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         d2t = self.d2t
@@ -61,13 +62,21 @@ class ReducedVocab:
         out[self.d2t.long()] = torch.arange(self.size, dtype=torch.long)
         return out
 
+    def _maps(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(d2t, t2d) as int64 on ``device``, built once per device (a drafting step
+        on an accelerator then copies nothing from the host)."""
+        key = str(device)
+        if key not in self._on_device:
+            self._on_device[key] = (self.d2t.long().to(device), self.t2d.to(device))
+        return self._on_device[key]
+
     def to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        """Map draft indices (any shape, int) to target ids."""
-        return self.d2t.to(draft_ids.device)[draft_ids.long()]
+        """Map draft indices (any shape, int) to target ids (same device)."""
+        return self._maps(draft_ids.device)[0][draft_ids.long()]
 
     def to_draft(self, target_ids: torch.Tensor) -> torch.Tensor:
-        """Map target ids (any shape) to draft indices (-1 outside the subset)."""
-        return self.t2d.to(target_ids.device)[target_ids.long()]
+        """Map target ids (any shape) to draft indices (-1 outside the subset; same device)."""
+        return self._maps(target_ids.device)[1][target_ids.long()]
 
     def coverage(self, target_ids: np.ndarray | torch.Tensor) -> float:
         """Fraction of ``target_ids`` inside the subset (0..1)."""
@@ -80,7 +89,7 @@ class ReducedVocab:
         """Lift draft-vocabulary rows [..., V_draft] to target-vocabulary rows
         [..., V_target] (zeros outside the subset), for ``q_draft``."""
         out = q_reduced.new_zeros((*q_reduced.shape[:-1], self.target_vocab_size))
-        out[..., self.d2t.to(q_reduced.device)] = q_reduced
+        out[..., self._maps(q_reduced.device)[0]] = q_reduced
         return out
 
 
@@ -122,7 +131,7 @@ def draft_dir(target: str, kind: str) -> Path:
 
 
 def pretrained_path(target: str, kind: str) -> Path:
-    """Shipped float16 draft: ``specloop/realmodels/heads/pretrained/<target>-<kind>.safetensors``."""
+    """Shipped draft (int8 row-wise or float16): ``specloop/realmodels/heads/pretrained/<target>-<kind>.safetensors``."""
     return Path(__file__).parent / "pretrained" / f"{_safe(target)}-{_safe(kind)}.safetensors"
 
 
@@ -167,7 +176,8 @@ def load_draft(target: str, kind: str, folder: str | Path | None = None) -> tupl
     """Read a draft written by `save_draft` (or the shipped pretrained copy).
 
     Returns:
-        (tensors as float32 where floating, config dict).
+        (tensors as float32 where floating, config dict); a file in int8 row-wise
+        storage (`specloop.realmodels.heads.compact`) is expanded to float32.
 
     Raises:
         FileNotFoundError: no draft saved for (target, kind) — train it with
@@ -183,28 +193,43 @@ def load_draft(target: str, kind: str, folder: str | Path | None = None) -> tupl
         raise FileNotFoundError(f"no trained {kind!r} draft for target {target!r} in "
                                 f"{draft_dir(target, kind)} or the package; "
                                 f"train one with: specloop draft train --target {target} --kind {kind}")
-    tensors = {k: (v.float() if v.is_floating_point() else v) for k, v in load_file(str(path)).items()}
+    from safetensors import safe_open
+    from specloop.realmodels.heads.compact import expand_tensors
+    with safe_open(str(path), "pt") as handle:
+        metadata = handle.metadata()
+    tensors = expand_tensors(load_file(str(path)), metadata)
     config = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
     return tensors, config
 
 
 def export_pretrained(target: str, kind: str, max_bytes: int = 25 * 2**20,
-                      folder: str | Path | None = None) -> Path | None:
+                      folder: str | Path | None = None, storage: str = "int8-rowwise") -> Path | None:
     """Copy the cached draft (or the draft saved in ``folder``) to the package's
-    ``pretrained/`` folder in float16 if it fits in ``max_bytes``; returns the path,
-    or None when it is too large.
+    ``pretrained/`` folder if it fits in ``max_bytes``; returns the path, or None when
+    it is too large.
+
+    Args:
+        storage: "int8-rowwise" (large matrices as int8 with a float32 scale per row,
+            the rest float16: `specloop.realmodels.heads.compact`) or "float16".
 
     Raises:
-        FileNotFoundError: no saved draft there."""
+        FileNotFoundError: no saved draft there.
+        ValueError: an unknown ``storage``."""
     from safetensors.torch import save_file
+    from specloop.realmodels.heads.compact import INT8_ROWWISE, compact_tensors
+    if storage not in (INT8_ROWWISE, "float16"):
+        raise ValueError(f"storage must be {INT8_ROWWISE!r} or 'float16', got {storage!r}")
     tensors, config = load_draft(target, kind, folder if folder is not None else draft_dir(target, kind))
-    half = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}
-    size = sum(v.numel() * v.element_size() for v in half.values())
+    if storage == INT8_ROWWISE:
+        packed, metadata = compact_tensors(tensors)
+    else:
+        packed, metadata = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}, None
+    size = sum(v.numel() * v.element_size() for v in packed.values())
     if size > max_bytes:
         return None
     out = pretrained_path(target, kind)
     out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(half, str(out))
-    out.with_suffix(".json").write_text(json.dumps({**config, "exported_dtype": "float16"}, indent=1),
+    save_file(packed, str(out), metadata=metadata)
+    out.with_suffix(".json").write_text(json.dumps({**config, "exported_dtype": storage}, indent=1),
                                         encoding="utf-8")
     return out
