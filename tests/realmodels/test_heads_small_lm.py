@@ -131,3 +131,26 @@ def test_small_lm_name_with_a_model_option_delegates_to_the_decoder_factory():
     target = LoadedModel(tiny_target(), None, "tiny", "test")
     with pytest.raises(FileNotFoundError):
         make_distilled_small_lm_drafter(target, model="/nonexistent/model/dir")
+
+
+def test_tree_expand_scores_each_path_as_if_alone_and_leaves_the_prefix_cache(trained):
+    """One depth of the tree (B paths as one masked sequence over the prefix cache)
+    gives each path the logits a plain forward of prefix + path gives, and the cache
+    holds the prefix again afterwards."""
+    draft, *_ = trained
+    drafter = SmallLMDraftDrafter(draft)
+    prompt = token_stream(12, 3).tolist()
+    drafter.reset(torch.tensor(prompt))
+    root = drafter._sync(prompt)
+    expand = drafter._tree_expand(prompt, root)
+    prefix = len(drafter._cached)
+    paths, _ = expand(None, None, 0)
+    tokens = torch.tensor([[5], [9], [5]])
+    paths = torch.tensor([[3], [3], [11]])
+    grown, logits = expand(paths, tokens, 2)
+    assert grown.shape == (3, 2) and drafter._cache.get_seq_length() == prefix
+    for b in range(3):
+        ids = torch.tensor(drafter._cached + grown[b].tolist())[None]
+        with torch.no_grad():
+            alone = draft(ids)[0][0, -1]
+        torch.testing.assert_close(logits[b], alone, atol=1e-4, rtol=1e-4)

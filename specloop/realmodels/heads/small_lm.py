@@ -127,11 +127,12 @@ class SmallLMDraft(nn.Module):
         self._embed = embed_weight.detach()
 
     def forward(self, input_ids: torch.Tensor, past_key_values=None, position_ids=None,
-                use_cache: bool = False):
-        """(B, T) target ids -> (logits (B, T, V_d), cache or None)."""
+                use_cache: bool = False, attention_mask: torch.Tensor | None = None):
+        """(B, T) target ids -> (logits (B, T, V_d), cache or None); ``attention_mask``:
+        None (causal) or a float additive (B, 1, T, cache_len + T) mask (tree drafting)."""
         embeds = self._embed[input_ids].to(self.lm_head.proj.weight.dtype)
         out = self.decoder(inputs_embeds=embeds, cache=past_key_values, position_ids=position_ids,
-                           use_cache=use_cache)
+                           use_cache=use_cache, attention_mask=attention_mask)
         return self.lm_head(out.last_hidden_state), (out.cache if use_cache else None)
 
     def trainable_parameters(self) -> list[torch.Tensor]:
@@ -276,7 +277,12 @@ class SmallLMDraftDrafter:
         return DraftProposal.chain(torch.cat(tokens), q)
 
     def _tree_expand(self, ids: list[int], root_logits: torch.Tensor):
-        """An ``expand`` for `draft_tree`: states are (B, depth) int64 paths."""
+        """An ``expand`` for `draft_tree`: states are (B, depth) int64 paths.
+
+        Depth d feeds the B paths' B * d tokens as one sequence after the prefix cache,
+        each token attending to the whole prefix and to its own path's earlier tokens (a
+        block-diagonal causal mask), then crops the cache back to the prefix: the prefix
+        cache is read in place, never copied per path or per depth."""
         prefix = len(self._cached)
 
         def expand(paths: torch.Tensor, tokens: torch.Tensor, depth: int):
@@ -284,12 +290,26 @@ class SmallLMDraftDrafter:
             if depth == 0:
                 return torch.zeros(1, 0, dtype=torch.long, device=device), root_logits[None]
             paths = torch.cat([paths, tokens.reshape(-1, 1).to(paths.device)], dim=1)     # (B, depth), on the device
-            cache = copy.deepcopy(self._cache)
-            cache.batch_repeat_interleave(paths.shape[0])
-            pos = torch.arange(prefix, prefix + depth, device=device)[None].expand(paths.shape[0], -1)
-            logits, _ = self.draft(paths, cache, pos, use_cache=True)
-            return paths, logits[:, -1]
+            width = paths.shape[0]
+            mask = _path_block_mask(width, depth, prefix, self.vocab.proj.weight.dtype, device)
+            pos = (prefix + torch.arange(depth, device=device)).repeat(width)[None]
+            logits, _ = self.draft(paths.reshape(1, -1), self._cache, pos, use_cache=True, attention_mask=mask)
+            self._cache.crop(-(width * depth))                      # drop the B * d path tokens
+            return paths, logits[0].view(width, depth, -1)[:, -1]
         return expand
+
+
+def _path_block_mask(paths: int, depth: int, prefix: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """Float additive mask (1, 1, P * d, prefix + P * d) of ``paths`` sequences of
+    ``depth`` tokens laid end to end after a ``prefix``: token (b, j) sees the prefix
+    and tokens (b, j') with j' <= j."""
+    n = paths * depth
+    idx = torch.arange(n, device=device)
+    same_path = (idx[:, None] // depth) == (idx[None, :] // depth)
+    allowed = torch.cat([torch.ones(n, prefix, dtype=torch.bool, device=device),
+                         same_path & (idx[None, :] <= idx[:, None])], 1)
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)[None, None]
 
 
 def small_lm_from_saved(target: nn.Module, tensors: dict[str, torch.Tensor], config: dict) -> SmallLMDraft:
