@@ -293,7 +293,7 @@ def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
 
 
 # -- the engine loop ------------------------------------------------------------------
-@dataclass
+@dataclass(kw_only=True)
 class OnlineResult:
     """Per-round series and summaries of one online run (see module docstring).
 
@@ -497,10 +497,12 @@ def run_online(problem: OnlineProblem, learner_name: str, policy: DraftPolicy | 
         out["loss"][t], out["kl"][t], out["acc"][t] = engine.loss, engine.loss - problem.entropies[t], engine.acc
         out["exp"][t] = float(expected_tokens_chain(engine.acc, k))
         out["n"][t], out["k"][t] = record.tokens_per_round, k
-    return OnlineResult(learner_name, setup, out["loss"], problem.comparator_losses.copy(),
-                        out["kl"], out["acc"], out["exp"], out["n"], out["k"], hint_error,
-                        problem.path_length, problem.target_path_length,
-                        problem.gradient_bound, trace)
+    return OnlineResult(learner=learner_name, setup=setup, loss=out["loss"],
+                        comparator_loss=problem.comparator_losses.copy(), kl=out["kl"],
+                        acceptance_rate=out["acc"], expected_tokens=out["exp"], tokens_per_round=out["n"],
+                        num_draft_tokens=out["k"], hint_error=hint_error, path_length=problem.path_length,
+                        target_path_length=problem.target_path_length, gradient_bound=problem.gradient_bound,
+                        trace=trace)
 
 
 def _update(learner, w, grads, loss, draft, context, p, rejected: bool):
