@@ -47,7 +47,7 @@ from specloop.strategies import _arrays as A
 from specloop.strategies.base import DraftPolicy, PlanState
 from specloop.strategies.engine import chain_step, drive_round
 from specloop.strategies.registry import LEARNER_NAMES, learner_feedback, learns_from_round, resolve_learner
-from specloop.strategies.registry import make_learner as make_registered_learner
+from specloop.strategies.registry import learner_from_name
 from specloop.strategies.bandits import EXP3K, UCBK
 from specloop.strategies.policies import FixedK, HeuristicK, TheoryOptimalK
 from specloop.theory.acceptance import acceptance_rate
@@ -56,7 +56,7 @@ from specloop.theory.regret import corollary3_num_base_learners, corollary_growt
 from specloop.theory.tokens import expected_tokens_chain
 
 __all__ = ["ONLINE_SCENARIOS", "LEARNERS", "POLICIES", "make_policy", "OnlineSetup", "OnlineProblem", "OnlineResult",
-           "build_problem", "make_learner", "run_online", "solve_comparator",
+           "build_problem", "sim_learner", "run_online", "solve_comparator",
            "regret_sweep", "fit_exponent", "predicted_exponent", "SweepConfig"]
 
 ONLINE_SCENARIOS = ("stationary", "piecewise", "smooth", "fast")
@@ -256,8 +256,8 @@ def make_policy(name: str, num_draft_tokens: int, cost_ratio: float, rounds: int
     return EXP3K(BANDIT_ARMS, horizon=rounds, reward_bound=bound, seed=seed)
 
 
-def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
-                 loss_and_grad=None, seed: int = 0):
+def sim_learner(name: str, rounds: int, radius: float, gradient_bound: float,
+                loss_and_grad=None, seed: int = 0):
     """A learner of the registry (`specloop.strategies.registry`; its aliases such as
     "opt" / "ens" work too) tuned as its corollary prescribes (D = 2 * radius is the
     diameter):
@@ -287,9 +287,9 @@ def make_learner(name: str, rounds: int, radius: float, gradient_bound: float,
     if name == "fixed":
         return None
     if name == "optimistic":
-        return make_registered_learner(name, diameter / g, radius=radius, adaptive=True, hint_scale=g, seed=seed)
-    return make_registered_learner(name, lr, radius=radius, num_learners=n, meta_lr=meta_lr, update_every=8,
-                                   loss_and_grad=loss_and_grad, seed=seed)
+        return learner_from_name(name, diameter / g, radius=radius, adaptive=True, hint_scale=g, seed=seed)
+    return learner_from_name(name, lr, radius=radius, num_learners=n, meta_lr=meta_lr, update_every=8,
+                             loss_and_grad=loss_and_grad, seed=seed)
 
 
 # -- the engine loop ------------------------------------------------------------------
@@ -477,7 +477,7 @@ def run_online(problem: OnlineProblem, learner_name: str, policy: DraftPolicy | 
     """
     setup = problem.setup
     if learner is None:
-        learner = make_learner(learner_name, setup.rounds, setup.radius, problem.gradient_bound,
+        learner = sim_learner(learner_name, setup.rounds, setup.radius, problem.gradient_bound,
                                problem.draft.loss_and_grad, seed=setup.seed)
     policy = policy or FixedK(setup.num_draft_tokens, seed=setup.seed)
     rng = np.random.default_rng(np.random.SeedSequence([setup.seed, 11]))

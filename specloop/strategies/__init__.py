@@ -5,7 +5,7 @@ Policies: `FixedK`, `TheoryOptimalK`, `HeuristicK`, `ConfidenceStop` (chain),
 `UCBK`, `EXP3K` (bandits over k), `StaticTree`, `DynamicTree` (trees).
 Learners: `OGD`, `OptimisticOGD`, `HedgeEnsemble`, `OptimisticEnsemble`,
 `OSDDistillation`, and the `Preconditioned` (RMS) wrapper; one registry of their names
-(`specloop.strategies.registry`: `make_learner`, `resolve_learner`, `LEARNER_NAMES`).
+(`specloop.strategies.registry`: `learner_from_name`, `resolve_learner`, `LEARNER_NAMES`).
 
 Modules:
 
@@ -36,7 +36,7 @@ from specloop.strategies.ensemble import (HedgeEnsemble, OptimisticEnsemble,
 from specloop.strategies.osd import OSDDistillation
 from specloop.strategies.precondition import Preconditioned
 from specloop.strategies.registry import (LEARNER_ALIASES, LEARNER_NAMES, LEARNER_SPECS, LearnerSpec,
-                                          learner_feedback, learns_from_round, make_learner,
+                                          learner_feedback, learns_from_round, learner_from_name,
                                           resolve_learner)
 from specloop.strategies.policies import ConfidenceStop, FixedK, HeuristicK, TheoryOptimalK
 from specloop.strategies.bandits import EXP3K, UCBK

@@ -27,7 +27,7 @@ from specloop.strategies._state import check_state_keys
 
 __all__ = ["Preconditioned", "PRECONDITIONERS"]
 
-#: names of the gradient preconditioners (`specloop.strategies.registry.make_learner`)
+#: names of the gradient preconditioners (`specloop.strategies.registry.learner_from_name`)
 PRECONDITIONERS = ("none", "rms")
 
 

@@ -8,7 +8,7 @@ decoder, the stream runner and every CLI (OnlineSpec Sec. 3; OSD, Liu et al. 202
 * ``osd``: `OSDDistillation`, distillation on rejected positions (Liu et al. 2024).
 
 `resolve_learner` maps a name or alias (case-insensitive, ``_`` = ``-``) to its
-canonical name; `make_learner` builds one, optionally wrapped in the RMS
+canonical name; `learner_from_name` builds one, optionally wrapped in the RMS
 preconditioner (`specloop.strategies.precondition.Preconditioned`, ``precondition="rms"``).
 
 Feedback (the learners' optional ``feedback`` attribute, `FEEDBACK_KINDS`): every learner
@@ -34,7 +34,7 @@ from specloop.strategies.osd import OSDDistillation
 from specloop.strategies.precondition import PRECONDITIONERS, Preconditioned
 
 __all__ = ["LearnerSpec", "LEARNER_SPECS", "LEARNER_NAMES", "LEARNER_ALIASES", "FEEDBACK_KINDS",
-           "PRECONDITIONERS", "resolve_learner", "learner_spec", "make_learner", "learner_feedback",
+           "PRECONDITIONERS", "resolve_learner", "learner_spec", "learner_from_name", "learner_feedback",
            "learns_from_round"]
 
 #: what a learner learns from (its ``feedback`` attribute; see the module docstring)
@@ -106,12 +106,12 @@ def learner_spec(name: str) -> LearnerSpec:
     return _BY_NAME[resolve_learner(name)]
 
 
-def make_learner(name: str, lr: float, *, radius: float | None = None, seed: int | None = None,
-                 adaptive: bool = False, hint_scale: float = 1.0,
-                 num_learners: int = 3, meta_lr: float = 1.0,
-                 update_every: int = 8, inner_epochs: int = 1, batch_size: int = 1,
-                 optimizer: str = "sgd", max_buffer: int = 4096, loss_and_grad: Any = None,
-                 precondition: str = "none", rms_decay: float = 0.95):
+def learner_from_name(name: str, lr: float, *, radius: float | None = None, seed: int | None = None,
+                      adaptive: bool = False, hint_scale: float = 1.0,
+                      num_learners: int = 3, meta_lr: float = 1.0,
+                      update_every: int = 8, inner_epochs: int = 1, batch_size: int = 1,
+                      optimizer: str = "sgd", max_buffer: int = 4096, loss_and_grad: Any = None,
+                      precondition: str = "none", rms_decay: float = 0.95):
     """Build a registered learner (each engine chooses the tuning; see its factory).
 
     Args:

@@ -11,7 +11,7 @@ import torch
 
 from specloop.realmodels.decoder import SpeculativeDecoder
 from specloop.realmodels.online import (DEFAULT_LR, LEARNER_KINDS, OnlineAdapter, OnlineConfig, OnlineDrafter,
-                                        make_learner)
+                                        head_learner)
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.streams.runner import METHODS
 from specloop.strategies import Preconditioned
@@ -37,7 +37,7 @@ def test_one_vocabulary():
     for alias, name in LEARNER_ALIASES.items():
         assert OnlineConfig(learner=alias).learner == name
         assert OnlineConfig(learner=alias) == OnlineConfig(learner=name)
-        assert type(make_learner(alias, 0.1)) is type(make_learner(name, 0.1))
+        assert type(head_learner(alias, 0.1)) is type(head_learner(name, 0.1))
     assert {m.learner for m in METHODS.values() if m.learner} == set(LEARNER_NAMES)
     with pytest.raises(ValueError, match="optimistic-ensemble") as info:
         OnlineConfig(learner="sgd")

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specloop.sim.online import (BANDIT_ARMS, LEARNERS, ONLINE_SCENARIOS, POLICIES, OnlineSetup,
-                                 SweepConfig, build_problem, fit_exponent, make_learner,
+                                 SweepConfig, build_problem, fit_exponent, sim_learner,
                                  make_policy, predicted_exponent, regret_sweep, run_online,
                                  solve_comparator)
 from specloop.strategies.policies import HeuristicK
@@ -70,7 +70,7 @@ def test_sampled_tokens_agree_with_expectation(problems):
 
 def test_hint_error_is_the_optimistic_learners_own(problems):
     problem = problems["smooth"]
-    learner = make_learner("optimistic", problem.setup.rounds, problem.setup.radius,
+    learner = sim_learner("optimistic", problem.setup.rounds, problem.setup.radius,
                            problem.gradient_bound)
     result = run_online(problem, "optimistic", learner=learner)
     assert result.hint_error == pytest.approx(learner.hint_error, rel=1e-9)
@@ -131,7 +131,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="radius"):
         build_problem(OnlineSetup("stationary", 10, radius=0.0))
     with pytest.raises(ValueError, match="learner"):
-        make_learner("adam", 10, 1.0, 1.0)
+        sim_learner("adam", 10, 1.0, 1.0)
     with pytest.raises(ValueError, match="horizons"):
         regret_sweep(SweepConfig(rounds_list=(10,)))
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specloop.sim.online import LEARNERS, OnlineSetup, build_problem, make_learner, run_online
+from specloop.sim.online import LEARNERS, OnlineSetup, build_problem, sim_learner, run_online
 from specloop.strategies.registry import LEARNER_ALIASES, LEARNER_NAMES
 
 
 def test_the_simulator_uses_the_registry_names():
     assert LEARNERS == ("fixed",) + LEARNER_NAMES
-    assert make_learner("fixed", 10, 1.0, 1.0) is None
+    assert sim_learner("fixed", 10, 1.0, 1.0) is None
     with pytest.raises(ValueError, match="unknown learner 'adam'.*optimistic-ensemble"):
-        make_learner("adam", 10, 1.0, 1.0)
+        sim_learner("adam", 10, 1.0, 1.0)
 
 
 @pytest.mark.parametrize("alias", sorted(LEARNER_ALIASES))

@@ -18,7 +18,7 @@ from specloop.strategies import (OGD, HedgeEnsemble, OnlineLearner, OptimisticEn
                                  OptimisticOGD, OSDDistillation, default_num_learners,
                                  geometric_learning_rates)
 from specloop.strategies import _arrays as A
-from specloop.strategies.registry import LEARNER_NAMES, learner_feedback, learns_from_round, make_learner
+from specloop.strategies.registry import LEARNER_NAMES, learner_feedback, learns_from_round, learner_from_name
 from specloop.theory.regret import (corollary1_regret_bound, corollary3_num_base_learners,
                                     corollary3_regret_bound)
 from tests.strategies import convex_streams
@@ -82,7 +82,7 @@ _RMS_LR = {"ogd": 0.05, "optimistic": 0.05, "ensemble": 0.01, "optimistic-ensemb
 
 def _registered(name: str, precondition: str = "none"):
     lr = (_RMS_LR if precondition == "rms" else _REGISTRY_LR)[name]
-    return lambda seed: make_learner(name, lr, radius=RADIUS, seed=seed, num_learners=5, meta_lr=2.0,
+    return lambda seed: learner_from_name(name, lr, radius=RADIUS, seed=seed, num_learners=5, meta_lr=2.0,
                                      update_every=3, batch_size=2, optimizer="adam",
                                      loss_and_grad=lambda params, ctx, p: ce_oracle(params, ctx, p),
                                      precondition=precondition)

@@ -11,7 +11,7 @@ from specloop.strategies import (OGD, HedgeEnsemble, OnlineLearner, OptimisticEn
                                  OSDDistillation, Preconditioned, geometric_learning_rates)
 from specloop.strategies import _arrays as A
 from specloop.strategies.registry import (FEEDBACK_KINDS, LEARNER_ALIASES, LEARNER_NAMES, LEARNER_SPECS,
-                                          learner_feedback, learner_spec, learns_from_round, make_learner,
+                                          learner_feedback, learner_spec, learns_from_round, learner_from_name,
                                           resolve_learner)
 from tests.strategies.test_learners import LEARNERS, P, X, ce_oracle, drive, init_params
 
@@ -38,7 +38,7 @@ def test_one_set_of_names_with_todays_short_names_as_aliases():
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 def test_an_alias_builds_the_same_learner_as_its_name(alias, backend):
     kwargs = dict(radius=4.0, seed=3, num_learners=4, meta_lr=2.0)
-    a, b = make_learner(alias, 0.1, **kwargs), make_learner(LEARNER_ALIASES[alias], 0.1, **kwargs)
+    a, b = learner_from_name(alias, 0.1, **kwargs), learner_from_name(LEARNER_ALIASES[alias], 0.1, **kwargs)
     assert type(a) is type(b)
     pa, _ = drive(a, "oracle", init_params(backend), 6)
     pb, _ = drive(b, "oracle", init_params(backend), 6)
@@ -53,7 +53,7 @@ def test_unknown_name_is_a_value_error_listing_the_names(bad):
     for name in LEARNER_NAMES + tuple(LEARNER_ALIASES):
         assert name in str(info.value)
     with pytest.raises(ValueError, match="unknown learner"):
-        make_learner(bad, 0.1)
+        learner_from_name(bad, 0.1)
     with pytest.raises(ValueError, match="string"):
         resolve_learner(None)
 
@@ -67,7 +67,7 @@ def test_every_registered_learner_is_in_the_conformance_suite():
 
 def test_declared_feedback():
     for name in LEARNER_NAMES:
-        plain, wrapped = make_learner(name, 0.1), make_learner(name, 0.1, precondition="rms")
+        plain, wrapped = learner_from_name(name, 0.1), learner_from_name(name, 0.1, precondition="rms")
         want = "rejections" if name == "osd" else "played"
         assert learner_feedback(plain) == learner_feedback(wrapped) == want
         assert isinstance(plain, OnlineLearner) and isinstance(wrapped, OnlineLearner)
@@ -162,12 +162,12 @@ def test_a_rejections_learner_passes_through_unchanged(kind):
 
 
 def test_wrapper_state_round_trip_through_numpy():
-    a = make_learner("optimistic", 0.01, precondition="rms", rms_decay=0.8)
+    a = learner_from_name("optimistic", 0.01, precondition="rms", rms_decay=0.8)
     pa, _ = drive(a, "oracle", init_params("torch"), 4)
     state = a.state_dict()
     assert state["class"] == "Preconditioned" and state["inner"]["class"] == "OptimisticOGD"
     assert all(isinstance(v, np.ndarray) for v in state["second_moment"])
-    b = make_learner("optimistic", 0.01, precondition="rms", rms_decay=0.8)
+    b = learner_from_name("optimistic", 0.01, precondition="rms", rms_decay=0.8)
     b.load_state_dict(state)
     ra, _ = drive(a, "oracle", pa, 3)
     rb, _ = drive(b, "oracle", pa, 3)
@@ -184,7 +184,7 @@ def test_wrapper_bad_input():
     with pytest.raises(ValueError, match="online learner"):
         Preconditioned(object())
     with pytest.raises(ValueError, match="precondition"):
-        make_learner("ogd", 0.1, precondition="adam")
+        learner_from_name("ogd", 0.1, precondition="adam")
     with pytest.raises(ValueError, match="add_feedback"):
         Preconditioned(OGD(0.1)).add_feedback(oracle=ce_oracle)
     w = init_params("numpy")

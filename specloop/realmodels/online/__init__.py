@@ -65,12 +65,12 @@ from specloop.realmodels.online.adapter import OnlineAdapter
 from specloop.realmodels.online.checkpoint import load_checkpoint, save_checkpoint
 from specloop.realmodels.online.config import OnlineConfig
 from specloop.realmodels.online.drafter import OnlineDrafter
-from specloop.realmodels.online.learners import DEFAULT_LR, LEARNER_KINDS, PRECONDITIONERS, make_learner
+from specloop.realmodels.online.learners import DEFAULT_LR, LEARNER_KINDS, PRECONDITIONERS, head_learner
 from specloop.realmodels.online.objectives import (EagleObjective, FeatureHeadObjective, SmallLMObjective,
                                                    objective_for)
 from specloop.realmodels.online.samples import ContextSample, EagleSample, FeatureSample, sample_from_dict
 
 __all__ = ["FeatureSample", "ContextSample", "FeatureHeadObjective", "SmallLMObjective", "EagleObjective",
-           "EagleSample", "objective_for", "OnlineConfig", "OnlineAdapter", "OnlineDrafter", "make_learner",
+           "EagleSample", "objective_for", "OnlineConfig", "OnlineAdapter", "OnlineDrafter", "head_learner",
            "LEARNER_KINDS", "PRECONDITIONERS", "DEFAULT_LR", "save_checkpoint", "load_checkpoint",
            "sample_from_dict"]

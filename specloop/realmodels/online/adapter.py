@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from specloop.realmodels.online.config import OnlineConfig
-from specloop.realmodels.online.learners import make_learner
+from specloop.realmodels.online.learners import head_learner
 from specloop.realmodels.online.objectives import objective_for
 from specloop.realmodels.online.samples import FeatureSample, sample_from_dict
 from specloop.strategies import _arrays as A
@@ -54,7 +54,7 @@ class OnlineAdapter:
         self.params = [p for p in drafter.parameters()]
         if not self.params:
             raise ValueError(f"drafter {getattr(drafter, 'name', '?')!r} has no trainable parameters")
-        self.learner = make_learner(config.learner, config.step_size, num_learners=config.num_learners,
+        self.learner = head_learner(config.learner, config.step_size, num_learners=config.num_learners,
                                     meta_lr=config.meta_lr, seed=config.seed,
                                     osd_update_every=config.osd_interval if config.mode == "round" else 1,
                                     precondition=config.precondition, rms_decay=config.rms_decay)

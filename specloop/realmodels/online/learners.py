@@ -8,9 +8,9 @@ registry's), with today's short names ``opt``, ``ens``, ``opt-ens`` as aliases.
 from __future__ import annotations
 
 from specloop.strategies.registry import LEARNER_NAMES, PRECONDITIONERS
-from specloop.strategies.registry import make_learner as make_registered_learner
+from specloop.strategies.registry import learner_from_name
 
-__all__ = ["make_learner", "LEARNER_KINDS", "PRECONDITIONERS", "DEFAULT_LR"]
+__all__ = ["head_learner", "LEARNER_KINDS", "PRECONDITIONERS", "DEFAULT_LR"]
 
 #: the learner names an `OnlineConfig` accepts (aliases resolve to these)
 LEARNER_KINDS = LEARNER_NAMES
@@ -21,7 +21,7 @@ LEARNER_KINDS = LEARNER_NAMES
 DEFAULT_LR = {"ogd": 2e-3, "optimistic": 2e-3, "ensemble": 1e-3, "optimistic-ensemble": 1e-3, "osd": 3e-4}
 
 
-def make_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float = 10.0,
+def head_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float = 10.0,
                  osd_update_every: int = 8, osd_epochs: int = 1, seed: int = 0,
                  precondition: str = "none", rms_decay: float = 0.95):
     """A learner of `specloop.strategies` for the draft's parameters (torch tensors).
@@ -38,7 +38,7 @@ def make_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float 
     Raises:
         ValueError: unknown kind (the message lists the names) or bad hyper-parameters.
     """
-    return make_registered_learner(kind, lr, seed=seed, num_learners=num_learners, meta_lr=meta_lr,
-                                   update_every=osd_update_every, inner_epochs=osd_epochs, batch_size=1,
-                                   optimizer="adam", max_buffer=4096, precondition=precondition,
-                                   rms_decay=rms_decay)
+    return learner_from_name(kind, lr, seed=seed, num_learners=num_learners, meta_lr=meta_lr,
+                             update_every=osd_update_every, inner_epochs=osd_epochs, batch_size=1,
+                             optimizer="adam", max_buffer=4096, precondition=precondition,
+                             rms_decay=rms_decay)
