@@ -25,7 +25,7 @@ from specloop.realmodels.kvcache import (cache_length, causal_forward, keep_posi
                                          new_cache)
 from specloop.realmodels.tree import verify_block_inputs
 
-__all__ = ["calibrate_verify_widths", "pad_block", "check_widths"]
+__all__ = ["calibrate_verify_widths", "measure_verify_cost", "pad_block", "check_widths"]
 
 
 def check_widths(widths: dict) -> dict[int, int]:
@@ -85,6 +85,43 @@ def _time_widths(model, cache, max_width: int, repeats: int, sync) -> dict[int, 
     return best
 
 
+def _sync_of(model):
+    param = next(model.parameters())
+    return torch.cuda.synchronize if param.device.type == "cuda" else (lambda: None)
+
+
+def measure_verify_cost(model, *, max_width: int, context: int = 64, repeats: int = 3) -> list[float]:
+    """Seconds of the target's verification forward for 1..``max_width`` tokens, measured
+    on the model's own device and dtype (a table like the shipped CPU one, for a target
+    elsewhere: drafters that prune by verify cost must not use another machine's table).
+
+    Args:
+        model: the target causal LM.
+        max_width: widest block timed (tokens, >= 1).
+        context: cache length the forwards run over (tokens, >= 1).
+        repeats: timed forwards per width (the fastest counts, one warm-up pass before,
+            device synchronised around each).
+
+    Returns:
+        ``max_width`` floats, entry n - 1 the seconds of an n-token verification, made
+        non-decreasing (running maximum: timing noise must not make a wider block look
+        cheaper to a drafter that prunes by cost).
+
+    Raises:
+        ValueError: max_width, context or repeats < 1.
+    """
+    if min(int(max_width), int(context), int(repeats)) < 1:
+        raise ValueError(f"need max_width, context, repeats >= 1, got {max_width}, {context}, {repeats}")
+    cache = new_cache()
+    causal_forward(model, cache, torch.zeros(int(context), dtype=torch.long))
+    seconds = _time_widths(model, cache, int(max_width), int(repeats), _sync_of(model))
+    table, floor = [], 0.0
+    for w in range(1, int(max_width) + 1):
+        floor = max(floor, seconds[w])
+        table.append(floor)
+    return table
+
+
 def calibrate_verify_widths(model, *, max_width: int = 8, context: int = 64, repeats: int = 5,
                             min_gain: float = 0.1) -> dict[int, int]:
     """Measure the target's verification forward for widths 1..``max_width`` (over a
@@ -108,11 +145,9 @@ def calibrate_verify_widths(model, *, max_width: int = 8, context: int = 64, rep
     if min(int(max_width), int(context), int(repeats)) < 1 or not 0.0 <= float(min_gain) < 1.0:
         raise ValueError(f"need max_width, context, repeats >= 1 and 0 <= min_gain < 1, got "
                          f"{max_width}, {context}, {repeats}, {min_gain}")
-    param = next(model.parameters())
-    sync = torch.cuda.synchronize if param.device.type == "cuda" else (lambda: None)
     cache = new_cache()
     causal_forward(model, cache, torch.zeros(int(context), dtype=torch.long))
-    seconds = _time_widths(model, cache, int(max_width), int(repeats), sync)
+    seconds = _time_widths(model, cache, int(max_width), int(repeats), _sync_of(model))
     widths = {}
     for n in seconds:
         best = min(range(n, int(max_width) + 1), key=lambda w: (seconds[w], w))

@@ -88,3 +88,13 @@ def test_calibration_returns_wider_widths_only(target):
                              verify_widths="auto")
     assert dec.generate([1, 2, 3, 1, 2], 8).new_tokens == plain_greedy(target, [1, 2, 3, 1, 2], 8)
     assert isinstance(dec.verify_widths, dict)          # calibrated once, then reused
+
+
+def test_measured_verify_cost_is_a_positive_non_decreasing_table_per_width():
+    from specloop.realmodels.padding import measure_verify_cost
+    target = tiny_llama(vocab=32, hidden=16, layers=1)
+    table = measure_verify_cost(target, max_width=5, context=8, repeats=1)
+    assert len(table) == 5 and all(t > 0 for t in table)
+    assert all(b >= a for a, b in zip(table, table[1:]))
+    with pytest.raises(ValueError, match="max_width, context, repeats >= 1"):
+        measure_verify_cost(target, max_width=0)
