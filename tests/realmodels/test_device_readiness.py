@@ -173,3 +173,47 @@ def test_flash_attention_is_refused_in_one_line(target):
             SpeculativeDecoder(as_loaded(target), NGramDrafter())
     finally:
         config._attn_implementation = saved
+
+
+def test_cost_pruning_drafters_time_a_device_target_on_its_device(monkeypatch):
+    """Off the CPU, the suffix drafter and Hedge price verification by a table measured on
+    the target's device, not the shipped CPU one; their sources prune by the same table."""
+    import numpy as np
+    from specloop.realmodels import padding
+    from specloop.realmodels.drafters.suffix import shipped_verify_cost, verify_cost_for
+    from specloop.realmodels.registry.drafters import make_drafter
+    calls = []
+
+    def fake_measure(model, *, max_width, context=64, repeats=3):
+        calls.append(max_width)
+        return [1e-3 * (1 + 0.01 * w) for w in range(1, max_width + 1)]
+
+    monkeypatch.setattr(padding, "measure_verify_cost", fake_measure)
+    on_device = torch.nn.Linear(4, 4, device="meta")          # parameters off the CPU
+    shipped = shipped_verify_cost("float32")
+    measured = verify_cost_for(on_device)
+    assert calls == [shipped.size] and measured[0] == pytest.approx(1.01e-3)
+    assert not np.allclose(measured, shipped)
+    np.testing.assert_array_equal(verify_cost_for(torch.nn.Linear(4, 4)), shipped)   # CPU: the shipped table
+    suffix = make_drafter("suffix", on_device)
+    np.testing.assert_allclose(suffix.verify_cost, measured)
+    hedge = make_drafter("hedge:suffix,ngram", on_device)
+    np.testing.assert_allclose(hedge.sources[0].verify_cost, measured)
+    assert len(calls) == 3                                    # suffix once, hedge once for itself and its sources
+
+
+def test_hedge_times_each_source_between_device_syncs():
+    from specloop.realmodels.drafters.base import DraftRequest
+    from specloop.realmodels.drafters.hedge import HedgeDrafter, device_sync
+    from specloop.realmodels.drafters.ngram import NGramDrafter
+    from specloop.realmodels.drafters.suffix import shipped_verify_cost
+    assert device_sync(torch.nn.Linear(2, 2)) is None
+    syncs = []
+    hedge = HedgeDrafter([NGramDrafter(), NGramDrafter()], ["a", "b"], verify_cost=shipped_verify_cost(),
+                         explore=1.0, sync=lambda: syncs.append(1))
+    prompt = torch.tensor(PROMPT)
+    hedge.reset(prompt)
+    from specloop.realmodels.sampling import SamplingConfig
+    from specloop.strategies.base import DraftPlan
+    hedge.propose(DraftRequest(prompt, DraftPlan(4), 16, SamplingConfig(0.0), torch.Generator()))
+    assert len(syncs) == 4                                    # before and after each of the two sources

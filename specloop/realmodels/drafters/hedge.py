@@ -190,6 +190,9 @@ class HedgeDrafter(BaseDrafter):
         max_delay: the most rounds a round's losses may wait (>= 1).
         max_nodes: the loss's normalisation cap in nodes (None = the table).
         seed: seed of the choice generator.
+        sync: None, or a callable that waits for the target's device; called before
+            and after each measured proposal (`device_sync`), so a source's seconds are
+            its own work, not kernels still queued.
 
     Raises:
         ValueError: no sources, a source needing hidden states, bad names / options;
@@ -206,8 +209,9 @@ class HedgeDrafter(BaseDrafter):
                  feedback: str = "shadow", per: str | None = None, explore: float = 0.25,
                  loss: str | None = None, horizon: int | None = None,
                  draft_seconds: Sequence[float] | None = None, max_delay: int = 64,
-                 max_nodes: int | None = None, seed: int | None = 0):
+                 max_nodes: int | None = None, seed: int | None = 0, sync=None):
         self.sources = list(sources)
+        self._sync = sync
         if not self.sources:
             raise ValueError("a hedge drafter needs at least one source")
         self.names = [getattr(s, "name", type(s).__name__) for s in self.sources] if names is None else list(names)
@@ -291,8 +295,12 @@ class HedgeDrafter(BaseDrafter):
             self.hedge.update(round_id, losses)
 
     def _timed(self, i: int, request: DraftRequest) -> tuple[DraftProposal, SourceDraft]:
+        if self._sync is not None and self.draft_seconds is None:
+            self._sync()                               # time this source's work, not queued work
         start = time.perf_counter()
         prop = self.sources[i].propose(request)
+        if self._sync is not None and self.draft_seconds is None:
+            self._sync()
         seconds = time.perf_counter() - start if self.draft_seconds is None else self.draft_seconds[i]
         if prop.q_draft is not None:
             raise ValueError(f"hedge source {self.names[i]!r} returned a sampled draft (q_draft); only "
@@ -584,17 +592,35 @@ def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
     ``build(source_name, target, **options)`` (the registry passes its `make_drafter`)
     with the same ``options``; the Hedge's own options are
     ``hedge_mode``, ``hedge_choose``, ``hedge_loss``, ``hedge_horizon``, ``hedge_draft_seconds``,
-    ``hedge_max_delay``, ``hedge_max_nodes``, ``hedge_seed``; ``verify_cost`` (a table) or ``dtype`` (the
-    shipped SmolLM2 / CPU table) prices verification."""
-    from specloop.realmodels.drafters.suffix import shipped_verify_cost
+    ``hedge_max_delay``, ``hedge_max_nodes``, ``hedge_seed``; ``verify_cost`` (a table), else
+    `suffix.verify_cost_for` the target (the shipped SmolLM2 / CPU table for ``dtype`` on the
+    CPU, timed on the device otherwise), prices verification; the sources' drafting seconds
+    are timed with the target's device synchronised before and after."""
+    from specloop.realmodels.drafters.suffix import verify_cost_for
     names, fixed = parse_hedge_sources(name)
-    sources = [build(n, target, **options) for n in names]
     cost = options.get("verify_cost")
     if cost is None or isinstance(cost, str):
-        cost = shipped_verify_cost(str(options.get("dtype") or "float32"))
+        table = verify_cost_for(target, str(options.get("dtype") or "float32"))
+        if cost is None:                                # the sources prune by the same table
+            options = {**options, "verify_cost": table}
+        cost = table
+    sources = [build(n, target, **options) for n in names]
     kwargs = {key: options[opt] for opt, key in _OPTIONS.items() if options.get(opt) is not None}
     if fixed is not None:
         if kwargs.get("draft_seconds") is not None:
             raise ValueError(f"{name!r} fixes the drafting seconds in the name; do not also pass hedge_draft_seconds")
         kwargs["draft_seconds"] = fixed
-    return HedgeDrafter(sources, names, verify_cost=cost, **kwargs)
+    return HedgeDrafter(sources, names, verify_cost=cost, sync=device_sync(target), **kwargs)
+
+
+def device_sync(target):
+    """A callable that waits for ``target``'s device (``torch.cuda.synchronize`` on CUDA,
+    ``torch.mps.synchronize`` on MPS), or None on the CPU, where work is synchronous."""
+    model = getattr(target, "model", target)
+    param = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    kind = None if param is None else param.device.type
+    if kind == "cuda":
+        return torch.cuda.synchronize
+    if kind == "mps":
+        return torch.mps.synchronize
+    return None

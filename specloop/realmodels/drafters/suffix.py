@@ -46,7 +46,7 @@ from specloop.strategies.suffix_tree import (AcceptanceCalibration, GlobalSuffix
                                              cost_optimal_size, expand_candidates, longest_match,
                                              monotone_cost)
 
-__all__ = ["SuffixDrafter", "shipped_verify_cost", "make_suffix_drafter"]
+__all__ = ["SuffixDrafter", "shipped_verify_cost", "verify_cost_for", "make_suffix_drafter"]
 
 #: Most nodes of a tree plan without a ``verify_size``.
 DEFAULT_TREE_NODES = 64
@@ -80,6 +80,35 @@ def shipped_verify_cost(dtype: str = "float32") -> np.ndarray:
     if sizes != list(range(1, len(sizes) + 1)):
         raise ValueError("shipped verify-cost table must list num_tokens 1..M")
     return seconds
+
+
+def verify_cost_for(target, dtype: str = "float32") -> np.ndarray:
+    """The verify-cost table a cost-pruning drafter prices ``target``'s verification by.
+
+    On the CPU it is the shipped SmolLM2-135M / CPU table (`shipped_verify_cost`; the
+    embedded target on this kind of machine). A target on any other device is timed on
+    that device once, here, over as many widths as the shipped table has
+    (`specloop.realmodels.padding.measure_verify_cost`: synchronised, fastest of
+    repeats, non-decreasing), since another machine's seconds would prune the wrong
+    trees there.
+
+    Args:
+        target: a `LoadedModel` (or a bare causal LM module).
+        dtype: the shipped column used on the CPU ("float32" / "bfloat16").
+
+    Returns:
+        float64 (M,): entry n-1 = seconds to verify n tokens.
+
+    Raises:
+        ValueError: unknown dtype (`shipped_verify_cost`).
+    """
+    shipped = shipped_verify_cost(dtype)
+    model = getattr(target, "model", target)
+    params = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    if params is None or params.device.type == "cpu":
+        return shipped
+    from specloop.realmodels.padding import measure_verify_cost
+    return np.asarray(measure_verify_cost(model, max_width=int(shipped.size)), dtype=np.float64)
 
 
 class SuffixDrafter(BaseDrafter):
@@ -327,7 +356,10 @@ _OPTIONS = ("depth", "max_match", "max_requests", "max_tokens", "verify_cost", "
 
 def make_suffix_drafter(target, **options) -> SuffixDrafter:
     """Registry factory (``--draft suffix``). Options (others ignored): those of
-    `SuffixDrafter`; ``dtype`` picks the shipped verify-cost column."""
+    `SuffixDrafter`; without ``verify_cost`` the table is `verify_cost_for` the target
+    (``dtype`` picks the shipped column on the CPU, a device target is timed once)."""
     kwargs = {k: v for k, v in options.items() if k in _OPTIONS and v is not None}
-    dtype = options.get("dtype")
-    return SuffixDrafter(dtype=str(dtype) if dtype is not None else "float32", **kwargs)
+    dtype = str(options.get("dtype") or "float32")
+    if "verify_cost" not in kwargs:
+        kwargs["verify_cost"] = verify_cost_for(target, dtype)
+    return SuffixDrafter(dtype=dtype, **kwargs)
