@@ -191,7 +191,7 @@ class SpeculativeDecoder:
         self.dtype = next(self.model.parameters()).dtype
         self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
         self.context_window = context_window_of(self.model)
-        self._clock = _Clock(self.device)
+        self.clock = _Clock(self.device)
         if verify_widths is not None and verify_widths != "auto" and not isinstance(verify_widths, dict):
             raise ValueError(f"verify_widths must be None, 'auto' or a dict, got {verify_widths!r}")
         self.verify_widths = check_widths(verify_widths) if isinstance(verify_widths, dict) else verify_widths
@@ -226,7 +226,7 @@ class SpeculativeDecoder:
                 parents = torch.arange(-1, width - 2, dtype=torch.long)     # a chain of width - 1 nodes
                 mask, positions = verify_block_inputs(parents, length, self.dtype, self.device)
                 block = ids[-1:].repeat(width).to(self.device)
-                self._forward(cache, block, mask, positions)
+                self.verify_forward(cache, block, mask, positions)
                 crop(cache, length)
                 compact(cache)
             if step < cache_steps:
@@ -241,13 +241,13 @@ class SpeculativeDecoder:
             self.verify_widths = calibrate_verify_widths(self.model)
         return dict(self.verify_widths or {})
 
-    def _verify_width(self, block: int) -> int:
+    def verify_width(self, block: int) -> int:
         """Tokens to verify a block of ``block`` tokens as."""
         return block if self.verify_widths is None else self.verify_widths.get(block, block)
 
     # -- target forward --------------------------------------------------------
-    def _forward(self, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 check: bool = True):
+    def verify_forward(self, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                       check: bool = True):
         """One verification forward: (float32 logits (n, V), hidden states or None).
 
         ``check=False`` leaves the NaN / +inf check to the caller (the session folds

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -41,7 +41,53 @@ from specloop.strategies.base import DraftPlan, PlanState, TreeCandidates
 from specloop.strategies.engine import RoundHooks, chain_step, layer_draft_step
 from specloop.strategies.subtree import select_subtree
 
-__all__ = ["DecodeSession", "GenerationResult", "TargetPass"]
+__all__ = ["DecodeSession", "GenerationResult", "LiveTargetSide", "TargetPass", "TargetSide"]
+
+
+@runtime_checkable
+class TargetSide(Protocol):
+    """What a session needs from the target's side of decoding (`SpeculativeDecoder`,
+    or `ReplayDecoder` over a recording): public members only, so a session never
+    reaches into another class's privates.
+
+    Attributes:
+        drafter: the `Drafter` the session asks for proposals.
+        model: the target causal LM (its weights; a replay never runs its forward).
+        device, dtype: where and in what dtype the target's tensors live.
+        vocab_size: rows of the target's LM head (tokens).
+        context_window: the most positions a sequence may hold (tokens).
+        eos_ids: token ids that end generation.
+        sampling: the round's `SamplingConfig`.
+        generator: the torch.Generator every random draw of a round uses.
+    """
+
+    drafter: object
+    model: torch.nn.Module
+    device: torch.device
+    dtype: torch.dtype
+    vocab_size: int
+    context_window: int
+    eos_ids: set
+    sampling: object
+    generator: torch.Generator
+
+    def clock(self) -> float:
+        """Seconds now, the device synchronised first (monotonic)."""
+
+    def verify_width(self, block: int) -> int:
+        """Tokens a verification block of ``block`` tokens is verified as (>= block;
+        padded when the target's forward is faster at the wider width)."""
+
+
+@runtime_checkable
+class LiveTargetSide(TargetSide, Protocol):
+    """A `TargetSide` that runs the target's forward (`DecodeSession`'s)."""
+
+    def verify_forward(self, cache, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                       check: bool = True) -> tuple[torch.Tensor, tuple | None]:
+        """One verification forward over the cache: float32 logits (n, V) and the
+        hidden states the drafter reads (or None); ValueError on NaN / +inf logits
+        when ``check``."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +233,7 @@ class DecodeSession:
     ``session.done``; ``session.result()`` gives the `GenerationResult`.
     """
 
-    def __init__(self, decoder, prompt_ids: torch.Tensor, max_new_tokens: int, stream_index: int = 0,
+    def __init__(self, decoder: LiveTargetSide, prompt_ids: torch.Tensor, max_new_tokens: int, stream_index: int = 0,
                  on_tokens: Callable[[list[int]], None] | None = None, profile: bool = False):
         self.decoder, self.drafter = decoder, decoder.drafter
         self.ids, self.max_new_tokens = prompt_ids, int(max_new_tokens)
@@ -199,14 +245,14 @@ class DecodeSession:
         self.stop_reason = "length"
         self.prefill_time = 0.0
         self._finished = False
-        self._phases = _Phases(decoder._clock) if profile else _NoPhases()
+        self._phases = _Phases(decoder.clock) if profile else _NoPhases()
         self.phase_log: list[dict[str, float]] = []
 
     # -- prefill ---------------------------------------------------------------------
     def prefill(self) -> float:
         """Feed the prompt without its last token into the cache and reset the drafter
         (with the target's hidden states where it needs them). Returns the seconds."""
-        clock, hidden = self.decoder._clock, None
+        clock, hidden = self.decoder.clock, None
         t0 = clock()
         prefix = self.ids[:-1]
         layers = tuple(self.drafter.needs_target_hidden)
@@ -249,7 +295,7 @@ class DecodeSession:
         room - 1 (the bonus token always fits)."""
         if self.done:
             raise ValueError("the session is finished (EOS, max_new_tokens or the context window)")
-        self._t0 = self.decoder._clock()
+        self._t0 = self.decoder.clock()
         self._phases.start(self._t0)
         self._plan = plan
         self._cap = max(0, min(int(plan.num_draft_tokens), self.remaining - 1, self.room - 1))
@@ -264,7 +310,7 @@ class DecodeSession:
     def mark_drafted(self) -> None:
         """End the round's draft time now (engines that draft through `propose` and
         decide outside the session, e.g. the LTD engine, call it themselves)."""
-        self._t1 = self._phases.mark("tree_selection") or self.decoder._clock()
+        self._t1 = self._phases.mark("tree_selection") or self.decoder.clock()
 
     def verify(self, hooks: RoundHooks) -> RoundRecord:
         """Verify this round's proposal, commit, feed back; the complete record."""
@@ -322,12 +368,12 @@ class DecodeSession:
         d = self.decoder
         cache_len = cache_length(self.cache)
         size = proposal.size + 1
-        tokens, parents = pad_block(proposal.tokens.cpu(), proposal.parents.cpu(), d._verify_width(size),
+        tokens, parents = pad_block(proposal.tokens.cpu(), proposal.parents.cpu(), d.verify_width(size),
                                     self.seq[-1])
         block = block_inputs(self.seq[-1], tokens, parents, cache_len, d.dtype, d.device)
         self._phases.mark("mask_positions")
         greedy = d.sampling.greedy
-        logits, hidden = d._forward(self.cache, block.input_ids, block.mask, block.positions, check=not greedy)
+        logits, hidden = d.verify_forward(self.cache, block.input_ids, block.mask, block.positions, check=not greedy)
         self._phases.mark("target_forward")
         return TargetPass(proposal, logits[:size], hidden, cache_len, block.parent_rows[:size - 1],
                           checked=not greedy)
@@ -366,9 +412,9 @@ class DecodeSession:
         accepted = list(outcome.accepted_nodes)
         self._keep_accepted(passed, accepted)
         committed, eos = self._truncate([int(proposal.tokens[j]) for j in accepted] + [outcome.next_token])
-        t2 = self._phases.mark("cache_surgery") or self.decoder._clock()
+        t2 = self._phases.mark("cache_surgery") or self.decoder.clock()
         observation = self.drafter.observe(self._feedback(passed, outcome, p_target, committed, eos))
-        t3 = self._phases.mark("feedback") or self.decoder._clock()
+        t3 = self._phases.mark("feedback") or self.decoder.clock()
         record = RoundRecord(
             round_index=len(self.trace), stream_index=self.stream_index, num_draft_tokens=proposal.size,
             tree_depth=proposal.depth, verified_tokens=proposal.size + 1,

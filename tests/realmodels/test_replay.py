@@ -323,3 +323,25 @@ def test_a_recording_rebuilt_from_an_answer_set_replays_round_for_round(target, 
     assert result["passed"] is True and result["divergent_prompts"] == []
     for row in result["methods"].values():
         assert row["rounds"] > 0 and row["matching_rounds"] == row["rounds"]
+
+
+def test_both_decoders_are_target_sides_and_sessions_use_no_private_member(target, recording):
+    """The session's needs from the target side are a typed protocol (`TargetSide`;
+    `LiveTargetSide` adds the forward) that both decoders implement, and neither session
+    reads a private member of its decoder."""
+    import ast
+    import inspect
+    from specloop.realmodels import session as session_module
+    from specloop.realmodels.session import LiveTargetSide, TargetSide
+    from specloop.realmodels.streams import replay as replay_module
+    live = SpeculativeDecoder(target, _ngram(), policy=FixedDraftPolicy(3))
+    replay = ReplayDecoder(recording[0], target, _ngram(), policy=FixedDraftPolicy(3), verify_cost=COST)
+    assert isinstance(live, LiveTargetSide) and isinstance(replay, TargetSide)
+    assert not isinstance(replay, LiveTargetSide)             # a replay never runs the target's forward
+    for module in (session_module, replay_module):
+        private = [f"{module.__name__}:{node.lineno} .{node.attr}"
+                   for node in ast.walk(ast.parse(inspect.getsource(module)))
+                   if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                   and isinstance(node.value, (ast.Attribute, ast.Name))
+                   and (getattr(node.value, "attr", None) == "decoder" or getattr(node.value, "id", None) == "d")]
+        assert private == [], private

@@ -139,11 +139,11 @@ class ReplaySession(DecodeSession):
     def prefill(self) -> float:
         """Reset the drafter with the recorded features of the prompt without its last
         token (no target forward). Returns the seconds."""
-        t0 = self.decoder._clock()
+        t0 = self.decoder.clock()
         length = int(self.ids.numel())
         hidden = self._hidden(0, length - 1) if length > 1 else None
         self.drafter.reset(self.ids.clone(), target_hidden=hidden)
-        self.prefill_time = self.decoder._clock() - t0
+        self.prefill_time = self.decoder.clock() - t0
         self.trace.meta["prefill_time"] = self.prefill_time
         return self.prefill_time
 
@@ -175,7 +175,7 @@ class ReplaySession(DecodeSession):
         return None                                   # no target cache to prune
 
     def _verify_seconds(self, passed: TargetPass, measured: float) -> float:
-        width = self.decoder._verify_width(passed.proposal.size + 1)
+        width = self.decoder.verify_width(passed.proposal.size + 1)
         return float(self.decoder.verify_cost(width)) + measured
 
     def _feedback(self, passed: TargetPass, outcome: VerifyOutcome, p_target, committed: list[int],
@@ -248,7 +248,7 @@ class ReplayDecoder:
         self.dtype = next(self.model.parameters()).dtype
         from specloop.realmodels.decoder import context_window_of
         self.context_window = context_window_of(self.model)
-        self._clock = time.perf_counter
+        self.clock = time.perf_counter
         self.verify_cost = verify_cost if verify_cost is not None else \
             load_verify_cost(None, recording.settings["dtype"])
         self.verify_widths = verify_widths
@@ -270,7 +270,8 @@ class ReplayDecoder:
             raise ValueError(f"the drafter reads hidden_states {missing}, the recording has only "
                              f"{list(self.recording.layers)}")
 
-    def _verify_width(self, block: int) -> int:
+    def verify_width(self, block: int) -> int:
+        """Tokens a block of ``block`` tokens is priced as (the padding map's width)."""
         return block if self.verify_widths is None else self.verify_widths.get(block, block)
 
     def calibrate(self) -> dict[int, int]:
