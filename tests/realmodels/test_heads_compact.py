@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from specloop.realmodels.heads.common import export_pretrained, load_draft, save_draft
-from specloop.realmodels.heads.compact import (INT8_ROWWISE, STORAGE_KEY, compact_tensors, expand_tensors,
+from specloop.realmodels.heads.compact import (INT8_GROUPED, STORAGE_KEY, compact_tensors, expand_tensors,
                                                storage_of)
 
 
@@ -23,7 +23,7 @@ def _tensors():
 
 def test_large_matrices_become_int8_with_row_scales_and_the_rest_float16():
     packed, metadata = compact_tensors(_tensors(), group_size=0)
-    assert metadata == {STORAGE_KEY: INT8_ROWWISE}
+    assert metadata == {STORAGE_KEY: INT8_GROUPED}
     assert packed["proj.weight"].dtype == torch.int8 and packed["proj.weight.row_scale"].shape == (64, 1)
     assert packed["zero.weight"].dtype == torch.int8 and torch.equal(packed["zero.weight.row_scale"], torch.zeros(3, 1))
     assert packed["norm.weight"].dtype == torch.float16 and packed["small.weight"].dtype == torch.float16
@@ -53,8 +53,8 @@ def test_load_draft_reads_int8_storage_and_export_pretrained_writes_it(tmp_path,
     save_draft(original, {"config": {}}, "tiny", "hydra", folder=tmp_path / "run")
     monkeypatch.setattr(common, "pretrained_path", lambda target, kind: tmp_path / "pkg" / f"{target}-{kind}.safetensors")
     out = export_pretrained("tiny", "hydra", folder=tmp_path / "run")
-    assert storage_of(out) == INT8_ROWWISE
-    assert json.loads(out.with_suffix(".json").read_text())["exported_dtype"] == INT8_ROWWISE
+    assert storage_of(out) == INT8_GROUPED
+    assert json.loads(out.with_suffix(".json").read_text())["exported_dtype"] == INT8_GROUPED
     assert out.stat().st_size < (tmp_path / "run" / "draft.safetensors").stat().st_size / 3
     (tmp_path / "copy").mkdir()
     (tmp_path / "copy" / "draft.safetensors").write_bytes(out.read_bytes())
@@ -84,3 +84,10 @@ def test_a_plain_file_loads_as_before(tmp_path):
     save_file({"w": torch.ones(2, 2, dtype=torch.float16)}, str(tmp_path / "f.safetensors"))
     assert storage_of(tmp_path / "f.safetensors") == "float"
     assert expand_tensors({"w": torch.ones(2, 2, dtype=torch.float16)}, None)["w"].dtype == torch.float32
+def test_the_shipped_heads_are_stored_compactly():
+    from specloop.realmodels.heads.common import pretrained_path
+    for kind in ("eagle", "eagle3", "hydra", "medusa", "small-lm"):
+        path = pretrained_path("smollm2-135m", kind)
+        assert storage_of(path) == INT8_GROUPED, f"{path.name} is not in int8 grouped storage"
+
+

@@ -32,9 +32,11 @@ def acceptance_profile(target, drafter, prompts: Sequence[Sequence[int]], *, max
         draft_length: chain length k (int >= 1): tokens drafted per round.
 
     Returns:
-        dict with ``mean_accepted_length`` (float, tokens per round), ``per_position``
-        (list of k floats in [0, 1], P(a >= i)), ``rounds`` (int), ``new_tokens``
-        (int), ``prompts`` (int), ``draft_length`` and ``max_new_tokens``.
+        dict with ``mean_accepted_length`` (float, tokens per round: 1 + the mean
+        accepted draft tokens a, = 1 + sum(per_position)), ``per_position`` (list of k
+        floats in [0, 1], P(a >= i)), ``rounds`` (int), ``new_tokens`` (int, the tokens
+        kept: an EOS inside an accepted block drops the tokens after it), ``prompts``
+        (int), ``draft_length`` and ``max_new_tokens``.
 
     Raises:
         ValueError: no prompts, an empty prompt, or a non-positive length.
@@ -58,6 +60,9 @@ def acceptance_profile(target, drafter, prompts: Sequence[Sequence[int]], *, max
             committed += int(record.tokens_per_round)
     rounds = len(accepted)
     per_position = [sum(a >= i for a in accepted) / rounds for i in range(1, draft_length + 1)]
-    return {"mean_accepted_length": committed / rounds, "per_position": per_position, "rounds": rounds,
+    # tau counts what verification accepted (+ the bonus token), so it equals 1 + the sum
+    # of the shares; new_tokens counts what was kept (tokens after an EOS inside an
+    # accepted block, or past max_new_tokens, are dropped)
+    return {"mean_accepted_length": (sum(accepted) + rounds) / rounds, "per_position": per_position, "rounds": rounds,
             "new_tokens": committed, "prompts": len(prompts), "draft_length": draft_length,
             "max_new_tokens": max_new_tokens}

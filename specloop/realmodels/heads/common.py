@@ -203,24 +203,24 @@ def load_draft(target: str, kind: str, folder: str | Path | None = None) -> tupl
 
 
 def export_pretrained(target: str, kind: str, max_bytes: int = 25 * 2**20,
-                      folder: str | Path | None = None, storage: str = "int8-rowwise") -> Path | None:
+                      folder: str | Path | None = None, storage: str = "int8-grouped") -> Path | None:
     """Copy the cached draft (or the draft saved in ``folder``) to the package's
     ``pretrained/`` folder if it fits in ``max_bytes``; returns the path, or None when
     it is too large.
 
     Args:
-        storage: "int8-rowwise" (large matrices as int8 with a float32 scale per row,
+        storage: "int8-grouped" (large matrices as int8 with a float32 scale per row,
             the rest float16: `specloop.realmodels.heads.compact`) or "float16".
 
     Raises:
         FileNotFoundError: no saved draft there.
         ValueError: an unknown ``storage``."""
     from safetensors.torch import save_file
-    from specloop.realmodels.heads.compact import INT8_ROWWISE, compact_tensors
-    if storage not in (INT8_ROWWISE, "float16"):
-        raise ValueError(f"storage must be {INT8_ROWWISE!r} or 'float16', got {storage!r}")
+    from specloop.realmodels.heads.compact import INT8_GROUPED, compact_tensors
+    if storage not in (INT8_GROUPED, "float16"):
+        raise ValueError(f"storage must be {INT8_GROUPED!r} or 'float16', got {storage!r}")
     tensors, config = load_draft(target, kind, folder if folder is not None else draft_dir(target, kind))
-    if storage == INT8_ROWWISE:
+    if storage == INT8_GROUPED:
         packed, metadata = compact_tensors(tensors)
     else:
         packed, metadata = {k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in tensors.items()}, None

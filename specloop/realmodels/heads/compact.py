@@ -16,7 +16,7 @@ the group's own largest entry, at 4 / group_size extra bytes an entry. It is app
 to draft heads only, whose argmax decides a proposal, never to the target, so losslessness is
 untouched (the verifier corrects any draft). Vectors, small matrices and integer
 tensors (norm weights, biases, ``d2t``/``t2d``) are kept as they are (float16 or int64).
-A file so written carries ``{"specloop_storage": "int8-rowwise"}`` in its safetensors
+A file so written carries ``{"specloop_storage": "int8-grouped"}`` in its safetensors
 metadata; `expand_tensors` is what `load_draft` runs on it. What it costs in mean
 accepted length is measured, not assumed: ``benchmarks/heads_compact_tau.py``.
 """
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["STORAGE_KEY", "INT8_ROWWISE", "compact_tensors", "expand_tensors", "storage_of"]
+__all__ = ["STORAGE_KEY", "INT8_GROUPED", "compact_tensors", "expand_tensors", "storage_of"]
 
 STORAGE_KEY = "specloop_storage"
-INT8_ROWWISE = "int8-rowwise"
+INT8_GROUPED = "int8-grouped"
 _SCALE = ".row_scale"
 
 
@@ -67,7 +67,7 @@ def compact_tensors(tensors: dict[str, torch.Tensor], min_elements: int = 65536,
             out[name + _SCALE] = scale.contiguous()
         else:
             out[name] = (value.half() if value.is_floating_point() else value).contiguous()
-    return out, {STORAGE_KEY: INT8_ROWWISE}
+    return out, {STORAGE_KEY: INT8_GROUPED}
 
 
 def expand_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None) -> dict[str, torch.Tensor]:
@@ -85,13 +85,13 @@ def expand_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | 
         ValueError: an unknown storage tag, or an int8 matrix without its scales.
     """
     storage = (metadata or {}).get(STORAGE_KEY)
-    if storage not in (None, INT8_ROWWISE):
-        raise ValueError(f"unknown draft storage {storage!r} (known: {INT8_ROWWISE!r})")
+    if storage not in (None, INT8_GROUPED):
+        raise ValueError(f"unknown draft storage {storage!r} (known: {INT8_GROUPED!r})")
     out: dict[str, torch.Tensor] = {}
     for name, value in tensors.items():
         if name.endswith(_SCALE):
             continue
-        if storage == INT8_ROWWISE and value.dtype == torch.int8:
+        if storage == INT8_GROUPED and value.dtype == torch.int8:
             scale = tensors.get(name + _SCALE)
             rows, cols = value.shape
             if scale is None or scale.dim() != 2 or scale.shape[0] != rows or cols % scale.shape[1]:
@@ -104,7 +104,7 @@ def expand_tensors(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | 
 
 
 def storage_of(path) -> str:
-    """``"int8-rowwise"`` or ``"float"``: how a draft safetensors file stores its weights."""
+    """``"int8-grouped"`` or ``"float"``: how a draft safetensors file stores its weights."""
     from safetensors import safe_open
     with safe_open(str(path), "pt") as handle:
         return (handle.metadata() or {}).get(STORAGE_KEY) or "float"
