@@ -23,6 +23,7 @@ Modules:
 * `record`        -- `RoundRecord` and `Trace`, the round record every engine emits.
 * `stats`         -- the verdict rule and the paired intervals it rests on.
 * `_folder_lock`  -- one writer per results folder (an advisory ``flock``).
+* `_integrity`    -- size and sha256 of the resumable folder formats' files, checked on open.
 * `__main__`      -- ``python -m specloop``.
 """
 __version__ = "0.1.0"

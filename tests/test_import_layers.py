@@ -186,3 +186,17 @@ def test_the_scan_sees_a_circle():
     """The checker itself: two modules importing each other inside functions form a circle."""
     graph = {"a": {"b"}, "b": {"a"}, "c": {"a"}}
     assert _cycles(graph) == [["a", "b"]]
+
+
+def test_every_package_docstring_lists_its_modules():
+    """A newcomer reads a package's docstring for its map: each module and sub-package
+    of a specloop package is named there."""
+    import ast
+    missing = []
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        pkg = init.parent
+        names = [p.stem for p in pkg.glob("*.py") if p.stem != "__init__"]
+        names += [p.name for p in pkg.iterdir() if p.is_dir() and (p / "__init__.py").exists()]
+        missing += [f"{pkg.relative_to(PACKAGE.parent)}/{n}" for n in names if f"`{n}`" not in doc]
+    assert missing == [], f"not named in their package's docstring: {missing}"

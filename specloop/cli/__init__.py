@@ -20,6 +20,8 @@ Modules:
 * `stream_check_cmd`    -- ``specloop stream check-replay``: a replay against the real decoder.
 * `stream_scale_cmd`    -- ``specloop stream scale``: the online-at-scale grid.
 * `_online_flags`       -- the online-adaptation flags shared by the stream commands.
+* `_paths`              -- up-front checks of path arguments (refused in one line before any work).
+* `_progress`           -- progress bars of resumable commands.
 * `answers_cmd`         -- ``specloop answers generate|info``: answer sets.
 * `ltd_cmd`             -- ``specloop ltd record|train|eval``.
 * `ltd_replay_cmd`      -- back ends of ``ltd record`` and ``ltd train|eval --env replay``.

@@ -13,4 +13,6 @@
 * `published_hydra`  -- published Hydra checkpoints as drafters.
 * `published_export` -- the heads written in the published layouts.
 * `published_files`  -- files and checks shared by the published loaders and exporters.
+* `compact`          -- the shipped heads' compact storage (int8 matrices, a scale per row group).
+* `acceptance`       -- a draft's acceptance profile (tau and each position's share; the regression guard).
 """
