@@ -146,7 +146,8 @@ class NGramDrafter(BaseDrafter):
             depth, width, max_nodes = plan.num_draft_tokens, 1, request.max_tokens
         else:
             tree = plan.tree
-            depth = int(tree.max_depth)
+            # the plan's k caps a tree's depth too (0 = the tree's own depth), as for every drafter
+            depth = min(int(tree.max_depth), int(plan.num_draft_tokens) or int(tree.max_depth))
             width = int(tree.branching[0] if tree.branching is not None else tree.top_k)
             max_nodes = min(request.max_tokens, tree.verify_size or request.max_tokens)
         self._pending = None
