@@ -304,3 +304,23 @@ def test_policy_hooks_set_depth_and_verification_size_and_stay_exact(trained, ti
     else:
         assert policy.trees and all(c.depth <= 2 and 1 <= c.node_probs.size <= 3 + 9 for c in policy.trees)
         assert max(r.num_draft_tokens for r in drafted) == 4 and max(r.tree_depth for r in drafted) <= 2
+
+
+def test_hybrid_passes_on_its_heads_observation():
+    """The hybrid's observation is its head's (a head reporting a loss keeps it)."""
+    from specloop.realmodels.drafters.base import BaseDrafter
+    from specloop.realmodels.heads.hybrid import HybridDrafter
+
+    class LossHead(BaseDrafter):
+        name, needs_target_hidden = "loss-head", ()
+
+        def reset(self, prompt_ids, *, target_hidden=None):
+            pass
+
+        def propose(self, request):
+            raise AssertionError("not called")
+
+        def observe(self, feedback):
+            return {"loss": 0.25}
+
+    assert HybridDrafter(LossHead()).observe(None) == {"loss": 0.25}

@@ -53,9 +53,11 @@ class HybridDrafter(BaseDrafter):
         self.head_rounds += 1
         return self.head.propose(request)
 
-    def observe(self, feedback: VerifyFeedback) -> None:
+    def observe(self, feedback: VerifyFeedback):
+        """Both drafts see the feedback; the head's observation (its loss, or None) is
+        the hybrid's, so a head that reports a loss keeps it in the round record."""
         self.lookup.observe(feedback)
-        self.head.observe(feedback)
+        return self.head.observe(feedback)
 
     def parameters(self) -> list[torch.Tensor]:
         return self.head.parameters()
