@@ -152,7 +152,9 @@ def speculative_generate(model, input_ids: torch.Tensor, logits_processor=None, 
             prepared them (checked, see the module docstring).
         drafter: a registry name (``ngram``, ``suffix``, ``eagle3:PATH``, ``medusa:PATH``,
             ``eagle`` for the target's trained head, ...) or a `Drafter` instance.
-        drafter_options: keyword options for the registry factory (``dtype`` ...).
+        drafter_options: keyword options for the registry factory (``dtype`` ...;
+            `specloop.realmodels.registry.drafters.drafter_options` lists a drafter's,
+            an option it does not declare is a ValueError naming the valid ones).
         num_draft_tokens: k of the default fixed chain policy.
         policy: a `DraftPolicy` instead (e.g. ``FixedDraftPolicy(6, tree=TreePlan(...))``).
         seed: seed of the decoder's sampling generator (default: drawn from torch's

@@ -85,7 +85,8 @@ class Proposer:
 
     Raises:
         ValueError: no speculative config, k < 1, a drafter that is not model-free,
-            or options that are not a JSON object.
+            options that are not a JSON object, or that the drafter does not declare
+            or with a value of the wrong type (`registry.drafters.drafter_options`).
     """
 
     def __init__(self, vllm_config) -> None:

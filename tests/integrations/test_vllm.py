@@ -80,8 +80,8 @@ def test_config_attributes_and_prompt_lookup_sizes(monkeypatch):
     rows, counts = _batch([context])
     assert proposer.propose([[2]], counts, rows) == [[]]
     assert Proposer(_config(k=3)).propose([[2]], counts, rows) == [_alone("ngram", context, 3)] != [[]]
-    attr = Proposer(_config(k=2, specloop_drafter="suffix", specloop_options={"max_depth": 8}))
-    assert attr.drafter_name == "suffix" and attr.drafter_options == {"max_depth": 8}
+    attr = Proposer(_config(k=2, specloop_drafter="suffix", specloop_options={"depth": 24}))
+    assert attr.drafter_name == "suffix" and attr.drafter_options == {"depth": 24}
 
 
 def test_max_model_len_caps_proposals(monkeypatch):

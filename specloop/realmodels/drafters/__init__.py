@@ -7,4 +7,5 @@
 * `suffix`     -- SuffixDecoding over earlier outputs and the current request.
 * `hedge`      -- exponential weights over several draft sources (``hedge:A,B``).
 * `small_lm`   -- a separate small causal LM as the draft, own KV cache, optional re-tokenisation.
+* `options`    -- typed registry options: `ContextOptions` (shared by every kind), checks, `option_table`.
 """

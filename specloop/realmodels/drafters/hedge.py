@@ -72,13 +72,14 @@ import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.drafters.ngram import build_trie
+from specloop.realmodels.drafters.options import ContextOptions, check_options, field_names, option_table
 from specloop.strategies._state import make_rng, rng_state, set_rng_state
 from specloop.strategies.hedge_shadow import ShadowFeedback, accepted_path, subtree_below
 from specloop.strategies.hedge_sources import (DelayedFeedback, HedgeOverSources, RatioLoss, SourceDraft,
                                                ThroughputLoss, accepted_prefix)
 
 __all__ = ["HedgeDrafter", "parse_hedge_name", "parse_hedge_sources", "make_hedge_drafter",
-           "greedy_feedback", "STREAM_DRAFT_SECONDS", "HEDGE_SOURCES_DRAFTER"]
+           "greedy_feedback", "STREAM_DRAFT_SECONDS", "HEDGE_SOURCES_DRAFTER", "HedgeOptions"]
 
 PREFIX = "hedge:"
 _MODES = ("choose", "merge")
@@ -581,33 +582,84 @@ class HedgeDrafter(BaseDrafter):
                 src.load_state_dict(sub)
 
 
-_OPTIONS = {"hedge_mode": "mode", "hedge_choose": "choose", "hedge_feedback": "feedback", "hedge_per": "per",
-            "hedge_explore": "explore", "hedge_loss": "loss", "hedge_horizon": "horizon",
-            "hedge_draft_seconds": "draft_seconds", "hedge_max_delay": "max_delay",
-            "hedge_max_nodes": "max_nodes", "hedge_seed": "seed"}
+@dataclasses.dataclass(frozen=True)
+class HedgeOptions(ContextOptions):
+    """The Hedge's own options of ``--draft hedge:SOURCE,...`` (`make_hedge_drafter`;
+    the registry also accepts every option of the sources, and passes each source the
+    ones it declares). ``hedge_X`` is `HedgeDrafter`'s argument ``X``, with its default.
+
+    Attributes:
+        dtype (str | torch.dtype | None, "float32"): the shipped verify-cost column on
+            the CPU (also passed to the sources).
+        verify_cost (sequence of float | str | None, None): the verification table;
+            None (or a string) = `suffix.verify_cost_for` the target; None also gives
+            the sources that table.
+        hedge_mode (str, "choose"), hedge_choose (str, "sample"), hedge_feedback
+        (str, "shadow"), hedge_per (str | None, None), hedge_explore (float, 0.25),
+        hedge_loss (str | None, None), hedge_horizon (int | None, None),
+        hedge_draft_seconds (sequence of float | None, None: the wall clock, or the
+        name's ``@`` costs), hedge_max_delay (int, 64), hedge_max_nodes (int | None,
+        None), hedge_seed (int | None, 0).
+    """
+    kind = "hedge"
+
+    dtype: str | torch.dtype | None = "float32"
+    verify_cost: Sequence[float] | str | None = None
+    hedge_mode: str = "choose"
+    hedge_choose: str = "sample"
+    hedge_feedback: str = "shadow"
+    hedge_per: str | None = None
+    hedge_explore: float = 0.25
+    hedge_loss: str | None = None
+    hedge_horizon: int | None = None
+    hedge_draft_seconds: Sequence[float] | None = None
+    hedge_max_delay: int = 64
+    hedge_max_nodes: int | None = None
+    hedge_seed: int | None = 0
+
+
+#: The prefix of the Hedge's own options (every other option is a source's).
+OPTION_PREFIX = "hedge_"
 
 
 def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
-    """Registry factory for ``hedge:SOURCE,...``: each source is built by
-    ``build(source_name, target, **options)`` (the registry passes its `make_drafter`)
-    with the same ``options``; the Hedge's own options are
-    ``hedge_mode``, ``hedge_choose``, ``hedge_loss``, ``hedge_horizon``, ``hedge_draft_seconds``,
-    ``hedge_max_delay``, ``hedge_max_nodes``, ``hedge_seed``; ``verify_cost`` (a table), else
-    `suffix.verify_cost_for` the target (the shipped SmolLM2 / CPU table for ``dtype`` on the
-    CPU, timed on the device otherwise), prices verification; the sources' drafting seconds
-    are timed with the target's device synchronised before and after."""
+    """Registry factory for ``hedge:SOURCE,...``.
+
+    Args:
+        target: the target's `LoadedModel` (or None: the shipped CPU table).
+        name: ``hedge:SOURCE,...`` (`parse_hedge_sources`).
+        build: ``build(source_name, target, **options) -> Drafter``; it gets every
+            option but the ``hedge_*`` ones (the registry passes a builder that gives
+            each source only the options it declares).
+        **options: the fields of `HedgeOptions` and the sources' options. Without
+            ``verify_cost`` the sources get the table the Hedge prices verification
+            with; the sources' drafting seconds are timed with the target's device
+            synchronised before and after (unless fixed).
+
+    Raises:
+        ValueError: an unknown ``hedge_*`` option or a wrong type (`HedgeOptions`),
+            a bad name (`parse_hedge_sources`), fixed seconds both in the name and in
+            ``hedge_draft_seconds``, bad Hedge settings (`HedgeDrafter`); the sources'
+            errors from ``build``.
+    """
     from specloop.realmodels.drafters.suffix import verify_cost_for
     names, fixed = parse_hedge_sources(name)
-    cost = options.get("verify_cost")
+    own_names = set(field_names(HedgeOptions))
+    table = option_table(HedgeOptions)
+    check_options(name, {k: v for k, v in options.items() if k.startswith(OPTION_PREFIX) or k in own_names},
+                  [table])
+    opts = HedgeOptions.from_options({k: v for k, v in options.items() if k in own_names}, drafter=name)
+    source_options = {k: v for k, v in options.items() if not k.startswith(OPTION_PREFIX)}
+    cost = opts.verify_cost
     if cost is None or isinstance(cost, str):
-        table = verify_cost_for(target, str(options.get("dtype") or "float32"))
+        computed = verify_cost_for(target, str(opts.dtype))
         if cost is None:                                # the sources prune by the same table
-            options = {**options, "verify_cost": table}
-        cost = table
-    sources = [build(n, target, **options) for n in names]
-    kwargs = {key: options[opt] for opt, key in _OPTIONS.items() if options.get(opt) is not None}
+            source_options["verify_cost"] = computed
+        cost = computed
+    sources = [build(n, target, **source_options) for n in names]
+    kwargs = {key[len(OPTION_PREFIX):]: getattr(opts, key) for key in own_names if key.startswith(OPTION_PREFIX)}
     if fixed is not None:
-        if kwargs.get("draft_seconds") is not None:
+        if kwargs["draft_seconds"] is not None:
             raise ValueError(f"{name!r} fixes the drafting seconds in the name; do not also pass hedge_draft_seconds")
         kwargs["draft_seconds"] = fixed
     return HedgeDrafter(sources, names, verify_cost=cost, sync=device_sync(target), **kwargs)

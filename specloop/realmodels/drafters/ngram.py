@@ -12,12 +12,16 @@ the verifier's accepted lengths per matched n-gram size.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
+from specloop.realmodels.drafters.options import ContextOptions
 
-__all__ = ["NGramDrafter", "find_continuations", "best_continuation", "build_trie"]
+__all__ = ["NGramDrafter", "find_continuations", "best_continuation", "build_trie", "NGramOptions",
+           "make_ngram_drafter"]
 
 
 def find_continuations(ids: np.ndarray, depth: int, width: int, max_ngram: int = 3,
@@ -160,3 +164,32 @@ class NGramDrafter(BaseDrafter):
         if not tokens:
             return DraftProposal.empty()
         return DraftProposal(torch.tensor(tokens, dtype=torch.long), torch.tensor(parents, dtype=torch.long))
+
+
+@dataclasses.dataclass(frozen=True)
+class NGramOptions(ContextOptions):
+    """Options of ``--draft ngram`` (`make_ngram_drafter`): the `ContextOptions` (all
+    ignored) and `NGramDrafter`'s sizes, with its defaults.
+
+    Attributes:
+        max_ngram (int, 3), min_ngram (int, 1), max_matches (int, 4): as `NGramDrafter`.
+    """
+    kind = "ngram"
+
+    max_ngram: int = 3
+    min_ngram: int = 1
+    max_matches: int = 4
+
+
+def make_ngram_drafter(target, **options) -> NGramDrafter:
+    """Registry factory (``--draft ngram``): prompt lookup; ``target`` is unused.
+
+    Args:
+        **options: the fields of `NGramOptions` (None = the default).
+
+    Raises:
+        ValueError: an option `NGramOptions` does not declare, a wrong type, or bad
+            sizes (`NGramDrafter`).
+    """
+    opts = NGramOptions.from_options(options)
+    return NGramDrafter(max_ngram=opts.max_ngram, min_ngram=opts.min_ngram, max_matches=opts.max_matches)

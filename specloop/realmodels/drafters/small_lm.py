@@ -22,13 +22,17 @@ Two modes, chosen by `make_small_lm_drafter`:
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
+from specloop.realmodels.drafters.options import ContextOptions
 from specloop.realmodels.kvcache import cache_length, causal_forward, crop, keep_positions, model_forward, new_cache
 from specloop.realmodels.sampling import SamplingConfig, check_finite, draft_index, processed_probs, sample_from
 
-__all__ = ["SmallLMDrafter", "RetokenizingDrafter", "make_small_lm_drafter", "same_token_ids", "sample_siblings"]
+__all__ = ["SmallLMDrafter", "RetokenizingDrafter", "make_small_lm_drafter", "same_token_ids", "sample_siblings",
+           "SmallLMOptions"]
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:
@@ -394,21 +398,46 @@ def same_token_ids(draft_tokenizer, target_tokenizer) -> bool:
     return all(target_vocab.get(tok) == idx for tok, idx in draft_vocab.items())
 
 
-def make_small_lm_drafter(target, model: str = "smollm2-135m", *, dtype: str = "float32",
-                          device: str | None = None, retokenize: bool | None = None, **_ignored):
-    """Factory for the ``small-lm`` registry entry.
+@dataclasses.dataclass(frozen=True)
+class SmallLMOptions(ContextOptions):
+    """Options of a separate small-LM draft (`make_small_lm_drafter`; ``--draft
+    small-lm`` without the trained heads, and any unregistered name, which is the
+    ``model``): the `ContextOptions` (``dtype`` default "float32" and ``device``
+    used) and:
+
+    Attributes:
+        model (str, "smollm2-135m"): draft model name / path (see `load_model`).
+        retokenize (bool | None, None): None = auto (re-tokenise iff the token ids
+            differ), True / False to force.
+    """
+    kind = "small-lm"
+
+    dtype: str | torch.dtype | None = "float32"
+    model: str = "smollm2-135m"
+    retokenize: bool | None = None
+
+
+def make_small_lm_drafter(target, model: str | None = None, *, dtype: str | torch.dtype | None = None,
+                          device: str | None = None, retokenize: bool | None = None, **options):
+    """Factory for the ``small-lm`` registry entry (and unregistered draft names).
 
     Args:
         target: the target's `LoadedModel`.
-        model: draft model name / path (see `load_model`).
-        dtype, device: for the draft (device defaults to the target's).
+        model: draft model name / path (see `load_model`); None = `SmallLMOptions`'
+            default, ``smollm2-135m``.
+        dtype, device: for the draft (None: float32, the target's device).
         retokenize: None = auto (re-tokenise iff the token ids differ), True /
             False to force.
+        **options: the other `ContextOptions` (ignored).
 
     Raises:
-        ValueError: ``retokenize=False`` with a draft vocabulary larger than the
-            target's or token ids that mean different tokens.
+        ValueError: an option `SmallLMOptions` does not declare or a wrong type;
+            ``retokenize=False`` with a draft vocabulary larger than the target's or
+            token ids that mean different tokens.
     """
+    opts = SmallLMOptions.from_options(dict(options, model=model, dtype=dtype, device=device,
+                                            retokenize=retokenize))
+    model, dtype, device, retokenize = opts.model, opts.dtype, opts.device, opts.retokenize
     from specloop.realmodels.loading import load_model
     device = device or str(target.device)
     if model == getattr(target, "name", None) and str(next(target.model.parameters()).dtype).endswith(str(dtype)):

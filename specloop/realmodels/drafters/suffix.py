@@ -33,6 +33,7 @@ round, or the next ``reset``) the request's output, behind the prompt's last
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib import resources
 from pathlib import Path
@@ -42,11 +43,13 @@ import numpy as np
 import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest
+from specloop.realmodels.drafters.options import CONTEXT_OPTIONS, ContextOptions, field_names
 from specloop.strategies.suffix_tree import (AcceptanceCalibration, GlobalSuffixCache, SuffixTrie,
                                              cost_optimal_size, expand_candidates, longest_match,
                                              monotone_cost)
 
-__all__ = ["SuffixDrafter", "shipped_verify_cost", "verify_cost_for", "make_suffix_drafter"]
+__all__ = ["SuffixDrafter", "shipped_verify_cost", "verify_cost_for", "make_suffix_drafter",
+           "SuffixOptions"]
 
 #: Most nodes of a tree plan without a ``verify_size``.
 DEFAULT_TREE_NODES = 64
@@ -350,16 +353,54 @@ class SuffixDrafter(BaseDrafter):
         self.load_state_dict(state)
 
 
-_OPTIONS = ("depth", "max_match", "max_requests", "max_tokens", "verify_cost", "prior_count",
-            "min_prob", "use_global", "use_local", "prompt_tail", "corpus", "state")
+@dataclasses.dataclass(frozen=True)
+class SuffixOptions(ContextOptions):
+    """Options of ``--draft suffix`` (`make_suffix_drafter`): the `ContextOptions`
+    (``dtype`` default "float32": the shipped verify-cost column) and those of
+    `SuffixDrafter`, with its defaults.
+
+    Attributes:
+        depth (int, 32), max_match (int, 16), max_requests (int, 1000), max_tokens
+        (int | None, None), verify_cost (sequence of float | "none" | None, None =
+        `verify_cost_for` the target), prior_count (float, 1.0), min_prob (float,
+        0.01), use_global (bool, True), use_local (bool, True), prompt_tail (int, 8),
+        corpus (iterable of token sequences | None), state (dict | str | Path | None):
+        as `SuffixDrafter`'s arguments.
+    """
+    kind = "suffix"
+
+    dtype: str | torch.dtype | None = "float32"
+    depth: int = 32
+    max_match: int = 16
+    max_requests: int = 1000
+    max_tokens: int | None = None
+    verify_cost: Sequence[float] | str | None = None
+    prior_count: float = 1.0
+    min_prob: float = 0.01
+    use_global: bool = True
+    use_local: bool = True
+    prompt_tail: int = 8
+    corpus: Iterable[Iterable[int]] | None = None
+    state: dict | str | Path | None = None
 
 
 def make_suffix_drafter(target, **options) -> SuffixDrafter:
-    """Registry factory (``--draft suffix``). Options (others ignored): those of
-    `SuffixDrafter`; without ``verify_cost`` the table is `verify_cost_for` the target
-    (``dtype`` picks the shipped column on the CPU, a device target is timed once)."""
-    kwargs = {k: v for k, v in options.items() if k in _OPTIONS and v is not None}
-    dtype = str(options.get("dtype") or "float32")
-    if "verify_cost" not in kwargs:
-        kwargs["verify_cost"] = verify_cost_for(target, dtype)
-    return SuffixDrafter(dtype=dtype, **kwargs)
+    """Registry factory (``--draft suffix``).
+
+    Args:
+        target: the target's `LoadedModel` (or None: the shipped CPU table).
+        **options: the fields of `SuffixOptions` (any `ContextOptions` is accepted;
+            only ``dtype`` is used: the shipped column on the CPU); without
+            ``verify_cost`` the table is `verify_cost_for` the target (a device
+            target is timed once).
+
+    Raises:
+        ValueError: an option `SuffixOptions` does not declare, a wrong type, or a
+            bad value (`SuffixDrafter`).
+    """
+    opts = SuffixOptions.from_options(options)
+    own = {name: getattr(opts, name) for name in field_names(SuffixOptions) if name not in CONTEXT_OPTIONS}
+    dtype = str(opts.dtype)
+    if own["verify_cost"] is None:
+        own["verify_cost"] = verify_cost_for(target, dtype)
+    return SuffixDrafter(dtype=dtype, **own)

@@ -44,6 +44,7 @@ the target (hidden size, vocabulary, EAGLE-3 layer indices) and raises a one-lin
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -51,6 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specloop.realmodels.drafters.options import ContextOptions
 from specloop.realmodels.heads.common import ReducedVocab
 from specloop.realmodels.heads.eagle import EagleConfig, EagleHead
 from specloop.realmodels.heads.eagle3_arch import PublishedArchEagle3Head
@@ -61,7 +63,7 @@ from specloop.realmodels.heads.published_files import (IdentityVocab, no_leftove
 
 __all__ = ["PublishedEagleHead", "PublishedEagle3Head", "PublishedMedusaHeads", "resolve_checkpoint",
            "load_published_eagle", "load_published_eagle3", "load_published_medusa", "PUBLISHED_KINDS",
-           "make_published_drafter", "rope_inv_freq"]
+           "make_published_drafter", "rope_inv_freq", "PublishedOptions"]
 
 PUBLISHED_KINDS = ("eagle", "eagle3", "medusa", "hydra")
 def _rope_settings(cfg: dict) -> tuple[float, dict]:
@@ -424,13 +426,25 @@ _LOADERS = {"eagle": load_published_eagle, "eagle3": load_published_eagle3, "med
             "hydra": _load_hydra}
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishedOptions(ContextOptions):
+    """Options of ``--draft KIND:PATH`` (`make_published_drafter`): the
+    `ContextOptions`; ``dtype`` (None = the loader's default) is honoured, the others
+    are ignored."""
+    kind = "published"
+
+
 def make_published_drafter(target, kind: str, path: str, **options):
-    """Registry entry for ``--draft KIND:PATH`` (KIND in `PUBLISHED_KINDS`); option
-    ``dtype`` is honoured, others ignored.
+    """Registry entry for ``--draft KIND:PATH`` (KIND in `PUBLISHED_KINDS`).
+
+    Args:
+        **options: the fields of `PublishedOptions` (only ``dtype`` is used).
 
     Raises:
-        ValueError: unknown KIND; FileNotFoundError / ValueError from the loader.
+        ValueError: unknown KIND, an option `PublishedOptions` does not declare or a
+            wrong type; FileNotFoundError / ValueError from the loader.
     """
     if kind not in _LOADERS:
         raise ValueError(f"unknown published draft format {kind!r}: use one of {', '.join(PUBLISHED_KINDS)}")
-    return _LOADERS[kind](target, path, dtype=options.get("dtype"))
+    opts = PublishedOptions.from_options(options, drafter=f"{kind}:{path}")
+    return _LOADERS[kind](target, path, dtype=opts.dtype)

@@ -6,6 +6,7 @@ and cached under `datastore_root`, and the registry factory that wraps it in a
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -16,8 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from specloop.realmodels.drafters.datastore import DatastoreDrafter, NGramIndex
+from specloop.realmodels.drafters.options import KEEP_NONE, ContextOptions
 
-__all__ = ["datastore_root", "load_or_build_index", "make_datastore_drafter", "BUILD_COMMAND"]
+__all__ = ["datastore_root", "load_or_build_index", "make_datastore_drafter", "BUILD_COMMAND",
+           "DatastoreOptions"]
 
 
 def datastore_root(target: str) -> Path:
@@ -114,23 +117,58 @@ def load_or_build_index(loaded, target: str, *, total_tokens: int = 1_200_000, i
     return NGramIndex.load(folder / key)
 
 
+@dataclasses.dataclass(frozen=True)
+class DatastoreOptions(ContextOptions):
+    """Options of ``--draft ngram-datastore`` (`make_datastore_drafter`): the
+    `ContextOptions` (``build_if_missing`` used: default True builds a missing cached
+    index; False makes `load_or_build_index` raise FileNotFoundError) and:
+
+    Attributes:
+        index (NGramIndex | str | None, "cached"): an `NGramIndex`; None or "none" =
+            prompt lookup only (None is kept, not read as the default); "cached" =
+            ``index_dir`` if given, else the target's cached warm-up index.
+        index_dir (str | PathLike | None, None): a folder written by `NGramIndex.save`.
+        max_ngram (int, 6), min_ngram (int, 1), context_max_ngram (int, 4),
+        context_min_ngram (int, 1), max_matches (int, 128), default_nodes (int, 24):
+            as `DatastoreDrafter`.
+    """
+    kind = "ngram-datastore"
+
+    index: NGramIndex | str | None = dataclasses.field(default="cached", metadata={KEEP_NONE: True})
+    index_dir: str | os.PathLike | None = None
+    max_ngram: int = 6
+    min_ngram: int = 1
+    context_max_ngram: int = 4
+    context_min_ngram: int = 1
+    max_matches: int = 128
+    default_nodes: int = 24
+
+
 def make_datastore_drafter(target, **options) -> DatastoreDrafter:
     """Registry factory: ``DatastoreDrafter`` over ``target``'s cached warm-up index.
 
-    Options (others ignored): ``index`` (an `NGramIndex`, or None / "none" for
-    prompt lookup only), ``index_dir`` (a folder written by `NGramIndex.save`),
-    ``max_ngram``, ``min_ngram``, ``context_max_ngram``, ``max_matches``,
-    ``default_nodes``, ``build_if_missing`` (default True: a missing cached index is
-    built; False: `load_or_build_index` raises FileNotFoundError instead).
+    Args:
+        target: the target's `LoadedModel` (its ``name`` keys the cache).
+        **options: the fields of `DatastoreOptions`.
+
+    Raises:
+        ValueError: an option `DatastoreOptions` does not declare, a wrong type, an
+            index string other than "cached" / "none", bad sizes (`DatastoreDrafter`).
+        FileNotFoundError: no cached index and ``build_if_missing`` is False.
     """
-    keys = ("max_ngram", "min_ngram", "context_max_ngram", "context_min_ngram", "max_matches", "default_nodes")
-    kwargs = {k: v for k, v in options.items() if k in keys and v is not None}
-    if "index" in options:
-        index = options["index"]
-        index = None if index in (None, "none") else index
-    elif options.get("index_dir"):
-        index = NGramIndex.load(options["index_dir"])
-    else:
-        name = getattr(target, "name", None) or "target"
-        index = load_or_build_index(target, name, build_if_missing=bool(options.get("build_if_missing", True)))
+    opts = DatastoreOptions.from_options(options)
+    sizes = ("max_ngram", "min_ngram", "context_max_ngram", "context_min_ngram", "max_matches", "default_nodes")
+    kwargs = {k: getattr(opts, k) for k in sizes}
+    index = opts.index
+    if isinstance(index, str) and index not in ("cached", "none"):
+        raise ValueError(f"drafter 'ngram-datastore' option 'index' must be an NGramIndex, None, 'none' or "
+                         f"'cached', got {index!r}")
+    if index == "none":
+        index = None
+    elif isinstance(index, str):
+        if opts.index_dir:
+            index = NGramIndex.load(opts.index_dir)
+        else:
+            name = getattr(target, "name", None) or "target"
+            index = load_or_build_index(target, name, build_if_missing=bool(opts.build_if_missing))
     return DatastoreDrafter(index, **kwargs)

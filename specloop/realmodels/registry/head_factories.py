@@ -7,12 +7,16 @@ Registered by `specloop.realmodels.registry.heads`.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
+from specloop.realmodels.drafters.options import ContextOptions
 from specloop.realmodels.heads.head_drafting import HydraDrafter, MedusaDrafter
 
 __all__ = ["load_or_train", "load_eagle_drafter", "make_hydra_drafter", "make_medusa_drafter",
-           "make_distilled_small_lm_drafter"]
+           "make_distilled_small_lm_drafter", "HeadOptions", "HybridOptions", "DistilledSmallLMOptions",
+           "loader_options"]
 
 
 def load_or_train(target, kind: str, *, folder=None, train_if_missing: bool = True, progress: bool = True,
@@ -61,16 +65,56 @@ def load_eagle_drafter(target, kind: str = "eagle", *, folder=None, train_if_mis
     return eagle_drafter_from_saved(target, kind, tensors, meta, dtype=dtype)
 
 
-def _loader_options(options: dict) -> dict:
-    keep = {}
-    if options.get("checkpoint"):
-        keep["folder"] = options["checkpoint"]
-    for key in ("train_if_missing", "progress"):
-        if key in options:
-            keep[key] = bool(options[key])
-    if isinstance(options.get("train_config"), dict):
-        keep["train_config"] = options["train_config"]
-    return keep
+@dataclasses.dataclass(frozen=True)
+class HeadOptions(ContextOptions):
+    """Options of the trained heads ``eagle``, ``eagle3``, ``medusa`` and ``hydra``:
+    the `ContextOptions` (``checkpoint`` = the draft folder, ``train_if_missing``,
+    ``progress``; ``dtype`` = the EAGLE heads' drafting dtype, None = float32) and:
+
+    Attributes:
+        train_config (dict | None, None): `TrainConfig` fields for a head trained
+            first (`load_or_train`).
+    """
+    kind = "head"
+
+    train_config: dict | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class HybridOptions(HeadOptions):
+    """Options of ``hybrid`` (prompt lookup, else the EAGLE head): `HeadOptions` and:
+
+    Attributes:
+        head (str, "eagle"): "eagle" or "eagle3".
+        min_ngram (int, 2), max_ngram (int, 4), max_matches (int, 4): as `HybridDrafter`.
+    """
+    kind = "hybrid"
+
+    head: str = "eagle"
+    min_ngram: int = 2
+    max_ngram: int = 4
+    max_matches: int = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class DistilledSmallLMOptions(HeadOptions):
+    """Options of ``small-lm`` with the trained heads: `HeadOptions` (the distilled
+    small LM) and, to use a separate model instead (`make_small_lm_drafter`):
+
+    Attributes:
+        model (str | None, None): a draft model name / path; None = the distilled LM.
+        retokenize (bool | None, None): as `SmallLMOptions` (with ``model`` only).
+    """
+    kind = "small-lm"
+
+    model: str | None = None
+    retokenize: bool | None = None
+
+
+def loader_options(opts: HeadOptions) -> dict:
+    """`load_or_train`'s keyword arguments from a head kind's options."""
+    return {"folder": opts.checkpoint or None, "train_if_missing": bool(opts.train_if_missing),
+            "progress": bool(opts.progress), "train_config": opts.train_config}
 
 
 def _on_target_device(module: torch.nn.Module, target) -> torch.nn.Module:
@@ -79,19 +123,29 @@ def _on_target_device(module: torch.nn.Module, target) -> torch.nn.Module:
 
 def make_hydra_drafter(target, **options) -> HydraDrafter:
     """Registry factory ``hydra``: the trained Hydra heads of ``target`` (trained
-    first if none is saved). Options: ``checkpoint`` (a draft folder),
-    ``train_if_missing``, ``progress``, ``train_config``; others are ignored."""
+    first if none is saved).
+
+    Args:
+        **options: the fields of `HeadOptions` (``checkpoint`` = a draft folder,
+            ``train_if_missing``, ``progress``, ``train_config``; ``dtype`` ignored).
+
+    Raises:
+        ValueError: an option `HeadOptions` does not declare or a wrong type.
+        FileNotFoundError: nothing saved and ``train_if_missing`` is False.
+    """
     from specloop.realmodels.heads.hydra import hydra_from_saved
-    tensors, report = load_or_train(target, "hydra", **_loader_options(options))
+    opts = HeadOptions.from_options(options, drafter="hydra")
+    tensors, report = load_or_train(target, "hydra", **loader_options(opts))
     drafter = HydraDrafter(_on_target_device(hydra_from_saved(target.model, tensors, report), target))
     drafter.train_report = report
     return drafter
 
 
 def make_medusa_drafter(target, **options) -> MedusaDrafter:
-    """Registry factory ``medusa`` (same options as `make_hydra_drafter`)."""
+    """Registry factory ``medusa`` (options and errors as `make_hydra_drafter`)."""
     from specloop.realmodels.heads.medusa import medusa_from_saved
-    tensors, report = load_or_train(target, "medusa", **_loader_options(options))
+    opts = HeadOptions.from_options(options, drafter="medusa")
+    tensors, report = load_or_train(target, "medusa", **loader_options(opts))
     drafter = MedusaDrafter(_on_target_device(medusa_from_saved(target.model, tensors, report), target))
     drafter.train_report = report
     return drafter
@@ -101,12 +155,23 @@ def make_distilled_small_lm_drafter(target, **options):
     """Registry factory ``small-lm``: the small LM distilled from ``target`` (trained
     first if none is saved). With a ``model`` option (``--draft <model name>``,
     which the decoder's registry routes here) it delegates to the decoder's
-    separate-model factory `specloop.realmodels.drafters.small_lm.make_small_lm_drafter`."""
-    if options.get("model"):
+    separate-model factory `specloop.realmodels.drafters.small_lm.make_small_lm_drafter`
+    (``dtype``, ``device``, ``retokenize``).
+
+    Args:
+        **options: the fields of `DistilledSmallLMOptions`.
+
+    Raises:
+        ValueError: an option `DistilledSmallLMOptions` does not declare or a wrong
+            type. FileNotFoundError: nothing saved and ``train_if_missing`` is False.
+    """
+    opts = DistilledSmallLMOptions.from_options(options)
+    if opts.model:
         from specloop.realmodels.drafters.small_lm import make_small_lm_drafter
-        return make_small_lm_drafter(target, **options)
+        return make_small_lm_drafter(target, opts.model, dtype=opts.dtype, device=opts.device,
+                                     retokenize=opts.retokenize)
     from specloop.realmodels.heads.small_lm import SmallLMDraftDrafter, small_lm_from_saved
-    tensors, report = load_or_train(target, "small-lm", **_loader_options(options))
+    tensors, report = load_or_train(target, "small-lm", **loader_options(opts))
     drafter = SmallLMDraftDrafter(_on_target_device(small_lm_from_saved(target.model, tensors, report), target))
     drafter.train_report = report
     return drafter
