@@ -25,7 +25,8 @@ from specloop.realmodels.kvcache import (cache_length, causal_forward, keep_posi
                                          new_cache)
 from specloop.realmodels.tree import verify_block_inputs
 
-__all__ = ["calibrate_verify_widths", "measure_verify_cost", "pad_block", "check_widths"]
+__all__ = ["calibrate_verify_widths", "measure_verify_cost", "pad_block", "check_widths", "target_device",
+           "device_sync"]
 
 
 def check_widths(widths: dict) -> dict[int, int]:
@@ -85,9 +86,28 @@ def _time_widths(model, cache, max_width: int, repeats: int, sync) -> dict[int, 
     return best
 
 
+def target_device(target) -> torch.device | None:
+    """The device of ``target``'s weights (a `LoadedModel` or a module), or None for
+    anything without parameters (e.g. no target)."""
+    model = getattr(target, "model", target)
+    param = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
+    return None if param is None else param.device
+
+
+def device_sync(target):
+    """A callable that waits for ``target``'s device (``torch.cuda.synchronize`` on CUDA,
+    ``torch.mps.synchronize`` on MPS), or None where work is synchronous (the CPU)."""
+    device = target_device(target)
+    kind = None if device is None else device.type
+    if kind == "cuda":
+        return torch.cuda.synchronize
+    if kind == "mps":
+        return torch.mps.synchronize
+    return None
+
+
 def _sync_of(model):
-    param = next(model.parameters())
-    return torch.cuda.synchronize if param.device.type == "cuda" else (lambda: None)
+    return device_sync(model) or (lambda: None)
 
 
 def measure_verify_cost(model, *, max_width: int, context: int = 64, repeats: int = 3) -> list[float]:

@@ -204,7 +204,8 @@ def test_cost_pruning_drafters_time_a_device_target_on_its_device(monkeypatch):
 
 def test_hedge_times_each_source_between_device_syncs():
     from specloop.realmodels.drafters.base import DraftRequest
-    from specloop.realmodels.drafters.hedge import HedgeDrafter, device_sync
+    from specloop.realmodels.drafters.hedge import HedgeDrafter
+    from specloop.realmodels.padding import device_sync
     from specloop.realmodels.drafters.ngram import NGramDrafter
     from specloop.realmodels.drafters.suffix import shipped_verify_cost
     assert device_sync(torch.nn.Linear(2, 2)) is None

@@ -72,6 +72,7 @@ import torch
 
 from specloop.realmodels.drafters.base import BaseDrafter, DraftProposal, DraftRequest, VerifyFeedback
 from specloop.realmodels.drafters.ngram import build_trie
+from specloop.realmodels.padding import device_sync
 from specloop.realmodels.drafters.options import ContextOptions, check_options, field_names, option_table
 from specloop.strategies._state import make_rng, rng_state, set_rng_state
 from specloop.strategies.hedge_shadow import ShadowFeedback, accepted_path, subtree_below
@@ -192,7 +193,7 @@ class HedgeDrafter(BaseDrafter):
         max_nodes: the loss's normalisation cap in nodes (None = the table).
         seed: seed of the choice generator.
         sync: None, or a callable that waits for the target's device; called before
-            and after each measured proposal (`device_sync`), so a source's seconds are
+            and after each measured proposal (`padding.device_sync`), so a source's seconds are
             its own work, not kernels still queued.
 
     Raises:
@@ -663,16 +664,3 @@ def make_hedge_drafter(target, name: str, build, **options) -> HedgeDrafter:
             raise ValueError(f"{name!r} fixes the drafting seconds in the name; do not also pass hedge_draft_seconds")
         kwargs["draft_seconds"] = fixed
     return HedgeDrafter(sources, names, verify_cost=cost, sync=device_sync(target), **kwargs)
-
-
-def device_sync(target):
-    """A callable that waits for ``target``'s device (``torch.cuda.synchronize`` on CUDA,
-    ``torch.mps.synchronize`` on MPS), or None on the CPU, where work is synchronous."""
-    model = getattr(target, "model", target)
-    param = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
-    kind = None if param is None else param.device.type
-    if kind == "cuda":
-        return torch.cuda.synchronize
-    if kind == "mps":
-        return torch.mps.synchronize
-    return None

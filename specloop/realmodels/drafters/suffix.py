@@ -105,12 +105,12 @@ def verify_cost_for(target, dtype: str = "float32") -> np.ndarray:
     Raises:
         ValueError: unknown dtype (`shipped_verify_cost`).
     """
+    from specloop.realmodels.padding import measure_verify_cost, target_device
     shipped = shipped_verify_cost(dtype)
-    model = getattr(target, "model", target)
-    params = next(iter(model.parameters()), None) if isinstance(model, torch.nn.Module) else None
-    if params is None or params.device.type == "cpu":
+    device = target_device(target)
+    if device is None or device.type == "cpu":
         return shipped
-    from specloop.realmodels.padding import measure_verify_cost
+    model = getattr(target, "model", target)
     return np.asarray(measure_verify_cost(model, max_width=int(shipped.size)), dtype=np.float64)
 
 
