@@ -66,15 +66,19 @@ def inner(xs: Sequence[Any], ys: Sequence[Any]) -> float:
     return sum(float(xp.sum(detach(x) * detach(y))) for x, y in zip(xs, ys))
 
 
-def project_ball(arrays: Sequence[Any], radius: float | None) -> list[Any]:
+def project_ball(arrays: Sequence[Any], radius: float | None, copy: bool = True) -> list[Any]:
     """Euclidean projection Pi_W onto W = {w : ||w||_2 <= radius} (joint norm).
 
-    ``radius=None`` means W is the whole space (plain copy). Source: OnlineSpec
-    Sec. 3.1, Pi_W[w] = argmin_{w' in W} ||w' - w||_2 (a rescaling for a ball).
+    ``radius=None`` means W is the whole space (plain copy, no norm computed). With
+    ``copy=False`` (the caller's arrays are fresh and its own) a point inside W comes back
+    as the same arrays instead of copies. Source: OnlineSpec Sec. 3.1,
+    Pi_W[w] = argmin_{w' in W} ||w' - w||_2 (a rescaling for a ball).
     """
+    if radius is None:
+        return copy_list(arrays) if copy else list(arrays)
     norm = joint_norm(arrays)
-    if radius is None or norm <= radius:
-        return copy_list(arrays)
+    if norm <= radius:
+        return copy_list(arrays) if copy else list(arrays)
     scale = radius / norm
     return [detach(a) * scale for a in arrays]
 

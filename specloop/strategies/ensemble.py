@@ -16,6 +16,15 @@ loss l_t(w) = <grad f_t(w_t), w> of Ader / Sword++ (Zhang et al. 2018; Zhao et a
 2024): every base learner gets the played point's gradient and the meta learner the
 surrogate losses <grad f_t(w_t), w_t^i>, which keeps one gradient per round and the
 same dynamic-regret guarantee for convex f_t.
+
+``base_losses`` chooses between the two: "exact" (the default) uses the oracle when one
+is given (and the surrogate without one, as before), "linearised" always uses the
+surrogate, so a round costs one gradient whatever N is. With "exact" and an oracle the
+played point's gradient is not used at all (the base learners see their own gradients);
+the learner declares it (``uses_played_gradient``) so an engine can skip computing it.
+An oracle may also offer ``oracle.many(points) -> (losses, grads_per_point)``, f_t and
+grad f_t at several parameter lists in one call (an engine that stacks the base learners'
+weights on a leading axis); the ensemble then makes one such call per round instead of N.
 """
 from __future__ import annotations
 
@@ -29,7 +38,10 @@ from specloop.strategies._state import check_state_keys, make_rng, rng_state, se
 from specloop.strategies.ogd import OGD, Oracle, OptimisticOGD
 
 __all__ = ["HedgeEnsemble", "OptimisticEnsemble", "geometric_learning_rates",
-           "default_num_learners"]
+           "default_num_learners", "BASE_LOSSES"]
+
+#: how an ensemble's base learners and meta learner get f_t (module docstring)
+BASE_LOSSES = ("exact", "linearised")
 
 
 def default_num_learners(horizon: int) -> int:
@@ -73,14 +85,19 @@ class HedgeEnsemble:
         meta_lr: epsilon > 0 of the meta learner (the paper's experiments use 10 on
             training losses; theory: epsilon ~ sqrt(ln N / T) / loss range).
         seed: seed of the learner's generator (nothing is drawn).
+        base_losses: "exact" (f_t and grad f_t at each base learner's point through the
+            oracle, N evaluations a round; the surrogate when no oracle is given) or
+            "linearised" (the surrogate <grad f_t(w_t), w> always, one gradient a round;
+            Ader / Sword++).
 
     `step(params, grads, loss, oracle=None)` returns the combined w_{t+1}; see the
     module docstring for ``oracle``. Attributes: ``weights`` (N,) float64 meta
     weights p_{t+1}; ``cumulative_loss`` (N,) float64.
 
     Raises:
-        ValueError: empty/non-positive learning rates, meta_lr <= 0, an oracle that
-            returns gradients of the wrong structure or a non-finite loss.
+        ValueError: empty/non-positive learning rates, meta_lr <= 0, an unknown
+            base_losses, an oracle that returns gradients of the wrong structure or a
+            non-finite loss.
     """
 
     _base_cls = OGD
@@ -88,8 +105,11 @@ class HedgeEnsemble:
     feedback = "played"
 
     def __init__(self, learning_rates: Sequence[float], radius: float | None = None,
-                 meta_lr: float = 1.0, seed: int | None = None):
+                 meta_lr: float = 1.0, seed: int | None = None, base_losses: str = "exact"):
         rates = [float(r) for r in learning_rates]
+        if base_losses not in BASE_LOSSES:
+            raise ValueError(f"base_losses must be one of {BASE_LOSSES}, got {base_losses!r}")
+        self.base_losses = base_losses
         if not rates:
             raise ValueError("an ensemble needs at least one base learning rate")
         if not (math.isfinite(float(meta_lr)) and meta_lr > 0):
@@ -112,16 +132,30 @@ class HedgeEnsemble:
         return [b.lr for b in self.bases]
 
     @property
+    def uses_played_gradient(self) -> bool:
+        """Whether ``step`` reads the played point's gradient when given an oracle:
+        only the linearised surrogate does ("exact" evaluates every base point itself)."""
+        return self.base_losses == "linearised"
+
+    @property
     def weights(self) -> np.ndarray:
         """Meta weights p_{t+1}^i proportional to exp(-epsilon * L_t^i)."""
         return _softmax_neg(self.cumulative_loss, self.meta_lr)
 
     def _base_feedback(self, points, params, grads, oracle) -> tuple[np.ndarray, list]:
-        if oracle is None:
+        if oracle is None or self.base_losses == "linearised":
             return np.array([A.inner(grads, p) for p in points]), [grads] * len(points)
+        many = getattr(oracle, "many", None)
+        if callable(many):
+            got_losses, got_grads = many([A.copy_list(p) for p in points])
+            if len(got_losses) != len(points) or len(got_grads) != len(points):
+                raise ValueError(f"oracle.many returned {len(got_losses)} losses and {len(got_grads)} "
+                                 f"gradients for {len(points)} points")
+            pairs = list(zip(got_losses, got_grads))
+        else:
+            pairs = [oracle(A.copy_list(p)) for p in points]
         losses, base_grads = [], []
-        for p in points:
-            loss_i, grads_i = oracle(A.copy_list(p))
+        for p, (loss_i, grads_i) in zip(points, pairs):
             A.check_pair(p, grads_i)
             losses.append(A.check_loss(loss_i, required=True))
             base_grads.append(grads_i)
@@ -144,7 +178,7 @@ class HedgeEnsemble:
 
     def state_dict(self) -> dict:
         return {"class": type(self).__name__, "meta_lr": self.meta_lr, "radius": self.radius,
-                "t": self.t, "bases": [b.state_dict() for b in self.bases],
+                "base_losses": self.base_losses, "t": self.t, "bases": [b.state_dict() for b in self.bases],
                 "cumulative_loss": self.cumulative_loss.copy(),
                 "last_losses": self.last_losses.copy(),
                 "points": None if self._points is None else [A.to_numpy_list(p) for p in self._points],
@@ -153,6 +187,9 @@ class HedgeEnsemble:
     def load_state_dict(self, state: dict) -> None:
         check_state_keys(state, {"meta_lr", "radius", "t", "bases", "cumulative_loss",
                                  "last_losses", "points", "rng"}, type(self).__name__)
+        if state.get("base_losses", "exact") != self.base_losses:
+            raise ValueError(f"state is of an ensemble with {state.get('base_losses', 'exact')!r} base losses, "
+                             f"this one uses {self.base_losses!r}")
         if len(state["bases"]) != len(self.bases):
             raise ValueError(f"state has {len(state['bases'])} base learners, this ensemble "
                              f"has {len(self.bases)}")
@@ -181,10 +218,10 @@ class OptimisticEnsemble(HedgeEnsemble):
 
     def __init__(self, learning_rates: Sequence[float], radius: float | None = None,
                  meta_lr: float = 1.0, adaptive: bool = False, hint_scale: float = 1.0,
-                 seed: int | None = None):
+                 seed: int | None = None, base_losses: str = "exact"):
         self.adaptive = bool(adaptive)
         self.hint_scale = float(hint_scale)
-        super().__init__(learning_rates, radius, meta_lr, seed)
+        super().__init__(learning_rates, radius, meta_lr, seed, base_losses)
 
     def _make_base(self, lr: float, radius: float | None):
         return OptimisticOGD(lr, radius, adaptive=self.adaptive, hint_scale=self.hint_scale)

@@ -81,7 +81,7 @@ class OGD:
     def _update(self, params: Sequence[Any], grads: Sequence[Any]) -> list[Any]:
         """The update without input validation (callers have validated)."""
         self.t += 1
-        return A.project_ball(A.add_scaled(params, grads, -self.lr), self.radius)
+        return A.project_ball(A.add_scaled(params, grads, -self.lr), self.radius, copy=False)
 
     def state_dict(self) -> dict:
         return {"class": type(self).__name__, "lr": self.lr, "radius": self.radius,
@@ -155,10 +155,10 @@ class OptimisticOGD:
         eta_t = self._eta()
         self.hint_error += (A.joint_norm(grads) ** 2 if hint is None
                             else A.joint_sq_dist(hint, grads))
-        w_hat = A.project_ball(A.add_scaled(w_hat, grads, -eta_t), self.radius)
+        w_hat = A.project_ball(A.add_scaled(w_hat, grads, -eta_t), self.radius, copy=False)
         self._w_hat, self._hint = w_hat, A.copy_list(grads)
         self.t += 1
-        return A.project_ball(A.add_scaled(w_hat, self._hint, -self._eta()), self.radius)
+        return A.project_ball(A.add_scaled(w_hat, self._hint, -self._eta()), self.radius, copy=False)
 
     def state_dict(self) -> dict:
         return {"class": type(self).__name__, "lr": self.lr, "radius": self.radius,

@@ -69,6 +69,12 @@ class Preconditioned:
         return getattr(self.inner, "feedback", "played")
 
     @property
+    def uses_played_gradient(self) -> bool:
+        """True for a "played" inner learner: v is folded from the played gradients
+        even when the inner learner itself (an exact ensemble) would not read them."""
+        return self.feedback == "played"
+
+    @property
     def buffered(self) -> int:
         """Feedback items the inner learner holds (its ``buffered``; 0 if it has none)."""
         return int(getattr(self.inner, "buffered", 0))

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specloop.strategies.ensemble import BASE_LOSSES as ENSEMBLE_LOSSES
 from specloop.strategies.ensemble import HedgeEnsemble, OptimisticEnsemble, geometric_learning_rates
 from specloop.strategies.ogd import OGD, OptimisticOGD
 from specloop.strategies.osd import OSDDistillation
@@ -35,7 +36,7 @@ from specloop.strategies.precondition import PRECONDITIONERS, Preconditioned
 
 __all__ = ["LearnerSpec", "LEARNER_SPECS", "LEARNER_NAMES", "LEARNER_ALIASES", "FEEDBACK_KINDS",
            "PRECONDITIONERS", "resolve_learner", "learner_spec", "learner_from_name", "learner_feedback",
-           "learns_from_round"]
+           "learns_from_round", "uses_played_gradient", "ENSEMBLE_LOSSES"]
 
 #: what a learner learns from (its ``feedback`` attribute; see the module docstring)
 FEEDBACK_KINDS = ("played", "rejections")
@@ -111,7 +112,8 @@ def learner_from_name(name: str, lr: float, *, radius: float | None = None, seed
                       num_learners: int = 3, meta_lr: float = 1.0,
                       update_every: int = 8, inner_epochs: int = 1, batch_size: int = 1,
                       optimizer: str = "sgd", max_buffer: int = 4096, loss_and_grad: Any = None,
-                      precondition: str = "none", rms_decay: float = 0.95):
+                      precondition: str = "none", rms_decay: float = 0.95,
+                      ensemble_losses: str = "exact"):
     """Build a registered learner (each engine chooses the tuning; see its factory).
 
     Args:
@@ -123,6 +125,8 @@ def learner_from_name(name: str, lr: float, *, radius: float | None = None, seed
         adaptive, hint_scale: self-tuned step sizes of the optimistic learners
             ("optimistic", "optimistic-ensemble"; see `OptimisticOGD`).
         num_learners, meta_lr: N and epsilon of the ensembles (App. B: 3 and 10).
+        ensemble_losses: the ensembles' ``base_losses``, "exact" (the paper: each base
+            learner's own f_t and gradient) or "linearised" (one gradient a round).
         update_every, inner_epochs, batch_size, optimizer, max_buffer, loss_and_grad:
             "osd" only (see `OSDDistillation`).
         precondition: "none" or "rms" (wrap in `Preconditioned` with decay ``rms_decay``).
@@ -138,10 +142,12 @@ def learner_from_name(name: str, lr: float, *, radius: float | None = None, seed
     elif name == "optimistic":
         learner = OptimisticOGD(lr, radius, adaptive=adaptive, hint_scale=hint_scale, seed=seed)
     elif name == "ensemble":
-        learner = HedgeEnsemble(geometric_learning_rates(lr, num_learners), radius, meta_lr, seed=seed)
+        learner = HedgeEnsemble(geometric_learning_rates(lr, num_learners), radius, meta_lr, seed=seed,
+                                base_losses=ensemble_losses)
     elif name == "optimistic-ensemble":
         learner = OptimisticEnsemble(geometric_learning_rates(lr, num_learners), radius, meta_lr,
-                                     adaptive=adaptive, hint_scale=hint_scale, seed=seed)
+                                     adaptive=adaptive, hint_scale=hint_scale, seed=seed,
+                                     base_losses=ensemble_losses)
     else:
         learner = OSDDistillation(lr, update_every=update_every, inner_epochs=inner_epochs,
                                   batch_size=batch_size, optimizer=optimizer, radius=radius,
@@ -161,6 +167,16 @@ def learner_feedback(learner: Any) -> str:
     if kind not in FEEDBACK_KINDS:
         raise ValueError(f"{type(learner).__name__}.feedback must be one of {FEEDBACK_KINDS}, got {kind!r}")
     return kind
+
+
+def uses_played_gradient(learner: Any) -> bool:
+    """Whether ``learner.step`` reads the played point's gradient (its
+    ``uses_played_gradient`` attribute; True if absent, False for "rejections"
+    learners). An exact ensemble given an oracle does not, so an engine can compute
+    the played point's loss alone."""
+    if learner_feedback(learner) != "played":
+        return False
+    return bool(getattr(learner, "uses_played_gradient", True))
 
 
 def learns_from_round(learner: Any, rejected: bool) -> bool:
