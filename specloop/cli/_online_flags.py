@@ -8,8 +8,8 @@ __all__ = ["add_online_flags", "online_flags"]
 
 def add_online_flags(parser, *, mode_default: str = "chunk", lr: bool = True, background: bool = False) -> None:
     """Add --mode, --lr (unless ``lr`` is False: the grid sets rates per job),
-    --batch-size, --update-every, --epochs, --precondition and, with ``background``,
-    --background."""
+    --batch-size, --update-every, --epochs, --precondition, --ensemble-losses,
+    --stacked-oracle and, with ``background``, --background."""
     from specloop.strategies.precondition import PRECONDITIONERS
     parser.add_argument("--mode", choices=["round", "chunk"], default=mode_default,
                         help="chunk (the paper's App. B set-up): epochs over each chunk's samples after the chunk; "
@@ -23,6 +23,13 @@ def add_online_flags(parser, *, mode_default: str = "chunk", lr: bool = True, ba
     parser.add_argument("--precondition", choices=PRECONDITIONERS, default="none",
                         help="rms: divide the learner's gradients by their running RMS (adaptive OGD, "
                              "Adam-like per-element steps of size --lr); none: raw gradients")
+    parser.add_argument("--ensemble-losses", choices=["exact", "linearised"], default="exact",
+                        help="ensembles (ens-*, optens-*): exact = each base learner's own loss and gradient "
+                             "(N evaluations a round, the paper); linearised = the Ader / Sword++ surrogate "
+                             "from the played point's gradient (one evaluation a round)")
+    parser.add_argument("--stacked-oracle", action="store_true",
+                        help="exact ensembles: evaluate the N base learners in one vmapped call (faster on "
+                             "an accelerator, slower on a CPU at one thread; same numbers)")
     if background:
         parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
 
@@ -35,4 +42,9 @@ def online_flags(args) -> dict:
     if hasattr(args, "lr"):
         out["lr"] = args.lr
     out["background"] = bool(getattr(args, "background", False))
+    # left out at their defaults, so results folders written before the flags resume
+    if getattr(args, "ensemble_losses", "exact") != "exact":
+        out["ensemble_losses"] = args.ensemble_losses
+    if getattr(args, "stacked_oracle", False):
+        out["stacked_oracle"] = True
     return out

@@ -18,7 +18,10 @@ of torch tensors; names from `specloop.strategies.registry`):
   shuffled mini-batches (one learner step per mini-batch).
 
 ``background=True`` runs the updates on a worker thread (App. B.2) so decoding does
-not wait; parameter writes and drafting are serialised by a lock.
+not wait. The worker trains a private copy of the draft's parameters (`workspace`) and
+never writes what the decoder reads; every ``publish_every`` learner steps it stages the
+trained values, and the decoder copies them into the draft between rounds (under the
+drafting lock), so each round drafts with one set of weights throughout.
 
 Loss f_t(w) (`FeatureHeadObjective`): at every verified position j of the round
 (the pending token and each accepted node; row j of ``VerifyFeedback.target_logits``)
@@ -56,8 +59,11 @@ of the small LM).
 
 Modules, one job each: `samples` (one round's training sample), `objectives` (the
 losses f_t), `learners` (the learner factory and default step sizes), `config`
-(`OnlineConfig`), `adapter` (`OnlineAdapter`: replay buffer, schedule, background
-worker, checkpoint state), `drafter` (`OnlineDrafter`), `checkpoint` (files).
+(`OnlineConfig`), `functional` (losses and gradients at other parameter values, one
+point or several stacked), `workspace` (where the learner evaluates: the draft's
+parameters or the background worker's copy), `adapter` (`OnlineAdapter`: replay
+buffer, schedule, background worker and publication, checkpoint state), `drafter`
+(`OnlineDrafter`), `checkpoint` (files).
 """
 from __future__ import annotations
 

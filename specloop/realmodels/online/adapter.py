@@ -13,12 +13,15 @@ import numpy as np
 import torch
 
 from specloop.realmodels.online.config import OnlineConfig
+from specloop.realmodels.online.functional import ParameterOwner
 from specloop.realmodels.online.learners import head_learner
 from specloop.realmodels.online.objectives import objective_for
 from specloop.realmodels.online.samples import FeatureSample, sample_from_dict
+from specloop.realmodels.online.workspace import Workspace, shadow_workspace
 from specloop.strategies import _arrays as A
 from specloop.strategies.precondition import Preconditioned
-from specloop.strategies.registry import learner_feedback, learns_from_round, resolve_learner
+from specloop.strategies.registry import (learner_feedback, learns_from_round, resolve_learner,
+                                         uses_played_gradient)
 
 __all__ = ["OnlineAdapter"]
 
@@ -57,7 +60,14 @@ class OnlineAdapter:
         self.learner = head_learner(config.learner, config.step_size, num_learners=config.num_learners,
                                     meta_lr=config.meta_lr, seed=config.seed,
                                     osd_update_every=config.osd_interval if config.mode == "round" else 1,
-                                    precondition=config.precondition, rms_decay=config.rms_decay)
+                                    precondition=config.precondition, rms_decay=config.rms_decay,
+                                    ensemble_losses=config.ensemble_losses)
+        # evaluates losses at other parameter values without writing them into the
+        # drafter (None: no single module holds the parameters; values are written in)
+        self.owner = ParameterOwner.find(drafter, self.params)
+        if config.stacked_oracle and self.owner is None:
+            raise ValueError(f"stacked_oracle needs the drafter's parameters in one module; "
+                             f"{getattr(drafter, 'name', type(drafter).__name__)!r} has none")
         self.rng = np.random.default_rng(config.seed)
         self.buffer: list[FeatureSample] = []
         self.chunk_samples: list[FeatureSample] = []
@@ -70,8 +80,16 @@ class OnlineAdapter:
         self._queue: queue.Queue | None = None
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._sample_losses: tuple[Any, float] | None = None   # (first sample, its loss) of the last _loss_grad
-        self._played_losses: tuple[Any, float] | None = None   # the same at the played point of the last _step
+        self._played_losses: tuple[Any, float] | None = None   # (first sample, its loss) at the played point
+        # where the learner evaluates: the drafter's own parameters, or in background
+        # mode a private copy the worker trains while the decoder drafts (published
+        # into the drafter between rounds, every ``publish_every`` steps)
+        self.live = Workspace(self.objective, self.params, self.owner)
+        self.train = shadow_workspace(drafter, self.live, config.top_m) if config.background else self.live
+        self.publications = 0
+        self._staging = threading.Lock()
+        self._staged: list[torch.Tensor] | None = None
+        self._since_publish = 0
 
     @property
     def learns_played(self) -> bool:
@@ -92,65 +110,90 @@ class OnlineAdapter:
         return int(getattr(self.learner, "steps", 0)) if isinstance(self.learner, Preconditioned) else 0
 
     # -- loss / gradient ---------------------------------------------------------
+    # the learner's evaluations run on `self.train` (the drafter's parameters, or in
+    # background mode a private copy: `workspace.shadow_workspace`)
     def _loss_grad(self, samples: list[FeatureSample]) -> tuple[float, list[torch.Tensor]]:
-        flags = [p.requires_grad for p in self.params]
-        with torch.inference_mode(False), torch.enable_grad():
-            try:
-                for p in self.params:
-                    p.requires_grad_(True)
-                loss, per_sample = self.objective.loss_and_sample_losses(samples)
-                grads = torch.autograd.grad(loss, self.params, allow_unused=True)
-            finally:
-                for p, flag in zip(self.params, flags):
-                    p.requires_grad_(flag)
-        out = [torch.zeros_like(p) if g is None else g.detach() for p, g in zip(self.params, grads)]
-        self._sample_losses = (samples[0], float(per_sample[0]))
-        return float(loss.detach()), out
+        return self.train.loss_grad(samples)
 
     def sample_loss(self, sample) -> float:
-        """f_t(w) of one round's sample at the current parameters: its mean
-        cross-entropy over the verified positions (no gradient; under the drafting
-        lock, so a background update is not half-written). NaN for None."""
-        if sample is None:
-            return math.nan
-        with self.lock, torch.no_grad():
-            return float(self.objective.loss([sample]))
+        """f_t(w) of one round's sample at the drafter's current parameters (those that
+        drafted the round): its mean cross-entropy over the verified positions (no
+        gradient; under the drafting lock). NaN for None."""
+        with self.lock:
+            return self.live.loss(sample)
 
     def _loss_grad_at(self, values: list[torch.Tensor], samples: list[FeatureSample]):
-        """f and grad f at other parameter values (the learners' oracle)."""
-        saved = [p.detach().clone() for p in self.params]
-        try:
-            self._write(values)
-            return self._loss_grad(samples)
-        finally:
-            self._write(saved)
+        """f and grad f at other parameter values (the learners' oracle), on the
+        training workspace: substituted for the call (`ParameterOwner`), or, for a
+        drafter without one parameter module, written in and restored."""
+        return self.train.loss_grad_at(values, samples)
+
+    def _oracle(self, samples: list[FeatureSample]) -> Callable:
+        """The learners' oracle on ``samples``: ``oracle(values) -> (loss, grads)``, and
+        with ``stacked_oracle`` also ``oracle.many(points)`` (one vmapped call for an
+        ensemble's base learners, `ParameterOwner.loss_grad_many`)."""
+        batch, train = list(samples), self.train
+
+        def oracle(values):
+            return train.loss_grad_at(values, batch)
+        if self.config.stacked_oracle:
+            oracle.many = lambda points: train.owner.loss_grad_many(train.objective, points, batch)
+        return oracle
 
     def _write(self, values: list[torch.Tensor]) -> None:
-        with torch.no_grad():
-            for p, v in zip(self.params, values):
-                p.copy_(torch.as_tensor(v, dtype=p.dtype, device=p.device))
+        """Copy ``values`` into the drafter's parameters."""
+        self.live.write(values)
 
     def _step(self, samples: list[FeatureSample]) -> None:
-        """One learner step on ``samples``; parameters written in place (under the
-        drafting lock). See the class docstring for what each learner kind is given."""
+        """One learner step on ``samples``: evaluated on the training workspace, the new
+        parameters written into the drafter (under the drafting lock), or in background
+        mode into the private copy and published every ``publish_every`` steps. See the
+        class docstring for what each learner kind is given."""
         t0 = time.perf_counter()
+        train = self.train
+        played = [p.detach().clone() for p in train.params]
         if self.learns_played:
-            loss, grads = self._loss_grad(samples)
-            self._played_losses = self._sample_losses   # at w_t (oracle calls below evaluate elsewhere)
-            played = [p.detach().clone() for p in self.params]
-            new = self.learner.step(played, grads, loss,
-                                    oracle=lambda values, batch=list(samples): self._loss_grad_at(values, batch))
+            needs_grad = uses_played_gradient(self.learner)
+            loss, grads = train.loss_grad(samples) if needs_grad else train.loss_only(samples)
+            self._played_losses = train.sample_losses   # at w_t (oracle calls below evaluate elsewhere)
+            new = self.learner.step(played, grads, loss, oracle=self._oracle(samples))
         else:                              # the learner ignores the played point's gradient: skip it
-            loss, grads = math.nan, [torch.zeros_like(p) for p in self.params]
-            new = self._feedback_step([p.detach().clone() for p in self.params], grads, loss, samples)
+            loss, grads = math.nan, [torch.zeros_like(p) for p in train.params]
+            new = self._feedback_step(played, grads, loss, samples)
         if not all(A.all_finite(torch.as_tensor(v)) for v in new):
             raise ValueError(f"online update produced non-finite draft parameters (learner "
                              f"{self.config.learner!r}, lr {self.config.step_size}); lower the learning rate")
-        with self.lock:
-            self._write(new)
+        if train is self.live:
+            with self.lock:
+                self._write(new)
+        else:
+            train.write(new)
+            self._since_publish += 1
+            if self._since_publish >= self.config.publish_every:
+                self._stage()
         self.last_loss = loss
         self.num_steps += 1
         self.train_seconds += time.perf_counter() - t0
+
+    # -- publication (background mode) ----------------------------------------------
+    def _stage(self) -> None:
+        """Worker side: hand a copy of the trained values over for the next round."""
+        values = [p.detach().clone() for p in self.train.params]
+        with self._staging:
+            self._staged = values
+        self._since_publish = 0
+
+    def publish(self) -> bool:
+        """Decoder side, between rounds: copy the latest staged values into the drafter
+        (under the drafting lock). Returns whether anything was published."""
+        with self._staging:
+            values, self._staged = self._staged, None
+        if values is None:
+            return False
+        with self.lock:
+            self._write(values)
+        self.publications += 1
+        return True
 
     def _feedback_step(self, played, grads, loss, samples: list[FeatureSample]):
         """A "rejections" learner (OSD): hand it one oracle per new sample it learns
@@ -175,14 +218,21 @@ class OnlineAdapter:
         Returns:
             f_t(w_t): the round's own loss (`sample_loss`) at the parameters that
             drafted the round, before any update this call makes (``background``:
-            at the parameters current when the round ends, as a queued update may
-            have landed since the draft). A foreground gradient step on a
+            the drafter's parameters change only when this call publishes, after the
+            loss is taken). A foreground gradient step on a
             mini-batch headed by the sample yields it from the same forward pass;
             otherwise (chunk mode, OSD-style learners, background, no update due) it costs one
             forward pass without gradient, inside the round's ``update_time``.
             NaN when the round gave no sample.
         """
         self.rounds += 1
+        try:
+            return self._record(sample)
+        finally:
+            if self.train is not self.live:
+                self.publish()           # between rounds: the next round drafts with the newest weights
+
+    def _record(self, sample: FeatureSample | None) -> float:
         if sample is None:
             return math.nan
         self.buffer.append(sample)
@@ -251,6 +301,10 @@ class OnlineAdapter:
         """Block until queued background updates are done; re-raise a worker error."""
         if self._queue is not None:
             self._queue.join()
+        if self.train is not self.live and self._since_publish:
+            self._stage()                # the steps since the last publication
+        if self.train is not self.live:
+            self.publish()
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError(f"background draft update failed: {error}") from error
@@ -292,6 +346,8 @@ class OnlineAdapter:
         if [tuple(t.shape) for t in state["params"]] != shapes:
             raise ValueError("checkpoint parameters do not match the drafter's parameter shapes")
         self._write(state["params"])
+        if self.train is not self.live:
+            self.train.write(state["params"])
         self.learner.load_state_dict(_learner_state(state, self.learner))
         self.buffer = [sample_from_dict(d) for d in state["buffer"]]
         self.chunk_samples = [sample_from_dict(d) for d in state["chunk_samples"]]

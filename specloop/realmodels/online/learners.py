@@ -23,7 +23,7 @@ DEFAULT_LR = {"ogd": 2e-3, "optimistic": 2e-3, "ensemble": 1e-3, "optimistic-ens
 
 def head_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float = 10.0,
                  osd_update_every: int = 8, osd_epochs: int = 1, seed: int = 0,
-                 precondition: str = "none", rms_decay: float = 0.95):
+                 precondition: str = "none", rms_decay: float = 0.95, ensemble_losses: str = "exact"):
     """A learner of `specloop.strategies` for the draft's parameters (torch tensors).
 
     Args:
@@ -34,6 +34,8 @@ def head_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float 
             distillation with Adam, every ``osd_update_every`` rounds).
         lr: base step size (smallest rate of an ensemble).
         precondition: "none" or "rms" (the `Preconditioned` wrapper, decay ``rms_decay``).
+        ensemble_losses: "exact" or "linearised" base losses of the ensembles
+            (`specloop.strategies.ensemble`).
 
     Raises:
         ValueError: unknown kind (the message lists the names) or bad hyper-parameters.
@@ -41,4 +43,4 @@ def head_learner(kind: str, lr: float, *, num_learners: int = 3, meta_lr: float 
     return learner_from_name(kind, lr, seed=seed, num_learners=num_learners, meta_lr=meta_lr,
                              update_every=osd_update_every, inner_epochs=osd_epochs, batch_size=1,
                              optimizer="adam", max_buffer=4096, precondition=precondition,
-                             rms_decay=rms_decay)
+                             rms_decay=rms_decay, ensemble_losses=ensemble_losses)
