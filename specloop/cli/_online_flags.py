@@ -9,7 +9,7 @@ __all__ = ["add_online_flags", "online_flags"]
 def add_online_flags(parser, *, mode_default: str = "chunk", lr: bool = True, background: bool = False) -> None:
     """Add --mode, --lr (unless ``lr`` is False: the grid sets rates per job),
     --batch-size, --update-every, --epochs, --precondition, --ensemble-losses,
-    --stacked-oracle and, with ``background``, --background."""
+    --stacked-oracle and, with ``background``, --background and --publish-every."""
     from specloop.strategies.precondition import PRECONDITIONERS
     parser.add_argument("--mode", choices=["round", "chunk"], default=mode_default,
                         help="chunk (the paper's App. B set-up): epochs over each chunk's samples after the chunk; "
@@ -31,7 +31,11 @@ def add_online_flags(parser, *, mode_default: str = "chunk", lr: bool = True, ba
                         help="exact ensembles: evaluate the N base learners in one vmapped call (faster on "
                              "an accelerator, slower on a CPU at one thread; same numbers)")
     if background:
-        parser.add_argument("--background", action="store_true", help="update on a worker thread (App. B.2)")
+        parser.add_argument("--background", action="store_true",
+                            help="update on a worker thread (App. B.2) that trains a private copy of the draft")
+        parser.add_argument("--publish-every", type=int, default=1, metavar="N",
+                            help="with --background: learner steps between copies of the trained weights into "
+                                 "the draft (taken between rounds)")
 
 
 def online_flags(args) -> dict:
@@ -42,6 +46,8 @@ def online_flags(args) -> dict:
     if hasattr(args, "lr"):
         out["lr"] = args.lr
     out["background"] = bool(getattr(args, "background", False))
+    if getattr(args, "publish_every", 1) != 1:
+        out["publish_every"] = int(args.publish_every)
     # left out at their defaults, so results folders written before the flags resume
     if getattr(args, "ensemble_losses", "exact") != "exact":
         out["ensemble_losses"] = args.ensemble_losses

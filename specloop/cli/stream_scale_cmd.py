@@ -10,7 +10,9 @@ to continue. Results (`specloop.realmodels.streams.scale_results`): ``summary.js
 from (as ``specloop stream --drafts``; none = the shipped drafts). ``--lr-grid
 METHOD=LR:LR:...`` (repeatable) adds learning-rate jobs. ``--every N`` replays every
 N-th recorded prompt (a sub-stream with the same domain order). ``--json`` prints
-``summary.json``'s object. Exit 1 when a job failed, 2 on bad input.
+``summary.json``'s object. ``--budget-minutes M``: no job starts a prompt after M
+minutes; each writes its state and stops, the summaries are left as they were, and the
+command exits 3 (rerun it to continue). Exit 1 when a job failed, 2 on bad input.
 """
 from __future__ import annotations
 
@@ -48,6 +50,9 @@ def register_scale(sub) -> None:
     parser.add_argument("--out", default="results/stream_scale")
     parser.add_argument("--snapshot-chunks", action="store_true",
                         help="online jobs save their draft's parameters at the end of every chunk (chunk-NNN.pt)")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="stop every job at the first prompt boundary after M minutes, its state written "
+                             "(exit 3; rerun the same command to continue)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(func=run_scale)
 
@@ -85,6 +90,15 @@ def _method_seeds(values) -> dict:
     return out
 
 
+def _deadline(budget_minutes: float | None) -> float | None:
+    import time
+    if budget_minutes is None:
+        return None
+    if not budget_minutes > 0:
+        raise ValueError(f"--budget-minutes must be > 0, got {budget_minutes}")
+    return time.time() + 60.0 * float(budget_minutes)
+
+
 def _grid(args):
     from specloop.cli._online_flags import online_flags
     from specloop.realmodels.recording import open_recording, recorded_items
@@ -102,7 +116,7 @@ def _grid(args):
                      method_seeds=_method_seeds(args.method_seeds))
     settings = GridSettings(recording=str(args.recording), out=args.out, prompts=args.prompts, every=args.every,
                             num_draft_tokens=args.num_draft_tokens, cost_table=args.cost_table, threads=args.threads,
-                            snapshot_chunks=args.snapshot_chunks)
+                            snapshot_chunks=args.snapshot_chunks, deadline=_deadline(args.budget_minutes))
     return [baseline_job(args.chunk or 40)] + jobs, settings, items
 
 
@@ -125,6 +139,15 @@ def run_scale(args) -> int:
         return 2
     finally:
         bar.close()
+    stopped = [j for j, v in results.items() if isinstance(v, dict) and v.get("stopped_early")]
+    if stopped:
+        for job in stopped:
+            v = results[job]
+            print(f"specloop stream scale: {job.protocol}/{job.name}: {v['prompts_done']} of {len(items)} prompts "
+                  "when --budget-minutes ran out", file=sys.stderr)
+        print("specloop stream scale: stopped by --budget-minutes; rerun the same command to continue "
+              "(summaries not rewritten)", file=sys.stderr)
+        return 3
     baseline = results[jobs[0]]
     if isinstance(baseline, Exception):
         print(f"specloop stream scale: the greedy baseline failed: {baseline}", file=sys.stderr)

@@ -70,6 +70,68 @@ def test_resume_after_kill_reproduces_records(target, tmp_path, method, mode):
     assert again["rounds"] == full["rounds"]
 
 
+@pytest.mark.parametrize("method", ["opt-hydra", "ens-hydra"])
+def test_state_written_at_chunk_ends_a_kill_between_serves_those_prompts_again(target, tmp_path, method):
+    """A learner's state is not rewritten after every prompt (``state_every_s``): a run
+    killed after prompt 2 (between chunk ends) resumes from the state of chunk 0 and
+    serves prompt 2 again, to the uninterrupted run's records."""
+    from specloop.realmodels.online import load_checkpoint
+    full = runner(target, tmp_path / "full").run_method(method)
+
+    class Killed(Exception):
+        pass
+    served = []
+
+    def kill_after_third(_):
+        served.append(1)
+        if len(served) == 3:
+            raise Killed
+    killed = runner(target, tmp_path / "resumed")
+    killed.state_every_s = 1e9
+    with pytest.raises(Killed):
+        killed.run_method(method, progress=kill_after_third)
+    rounds = tmp_path / "resumed" / method / "rounds.jsonl"
+    assert max(r.stream_index for r in Trace.load(rounds)) == 2          # prompt 2's rounds were written
+    assert load_checkpoint(tmp_path / "resumed" / method / "state.pt")["prompts_done"] == 2   # chunk 0's state
+    resumed = runner(target, tmp_path / "resumed").run_method(method)
+    assert comparable(rounds) == comparable(tmp_path / "full" / method / "rounds.jsonl")
+    assert resumed["rounds"] == full["rounds"]
+    with pytest.raises(ValueError, match="state_every_s"):
+        StreamRunner(target, prompts(2), tmp_path / "x", StreamConfig(), state_every_s=-1)
+
+
+def test_deadline_stops_at_a_prompt_boundary_with_the_state_written(target, tmp_path, monkeypatch):
+    """A run past its deadline writes its state after the prompt that ended past it and
+    stops; the same call without a deadline continues to the uninterrupted records."""
+    import time as real_time
+
+    from specloop.realmodels.online import load_checkpoint
+    from specloop.realmodels.streams import runner as runner_module
+    full = runner(target, tmp_path / "full").run_method("opt-hydra")
+
+    class Clock:                       # wall-clock time advances 10 s per served prompt
+        now = 0.0
+
+        def time(self):
+            return self.now
+
+        def monotonic(self):
+            return real_time.monotonic()
+    clock = Clock()
+    monkeypatch.setattr(runner_module, "time", clock)
+
+    def tick(_):
+        clock.now += 10.0
+    stopped = runner(target, tmp_path / "resumed").run_method("opt-hydra", progress=tick, deadline=25.0)
+    assert stopped["stopped_early"] and stopped["prompts_done"] == 4      # prompt 3 ended past 25 s
+    assert load_checkpoint(tmp_path / "resumed" / "opt-hydra" / "state.pt")["prompts_done"] == 4
+    monkeypatch.setattr(runner_module, "time", real_time)
+    resumed = runner(target, tmp_path / "resumed").run_method("opt-hydra")
+    rounds = tmp_path / "resumed" / "opt-hydra" / "rounds.jsonl"
+    assert comparable(rounds) == comparable(tmp_path / "full" / "opt-hydra" / "rounds.jsonl")
+    assert not resumed["stopped_early"] and resumed["rounds"] == full["rounds"]
+
+
 def test_outputs_are_the_targets_greedy_output(target, tmp_path):
     run = runner(target, tmp_path)
     for method in (BASELINE, "hydra", "opt-hydra"):

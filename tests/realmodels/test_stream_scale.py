@@ -59,7 +59,12 @@ def test_serial_and_process_backends_give_the_same_records_and_resume(tmp_path):
     suffix = runs["serial"]["suffix-s0"]
     assert any(accepted > 0 for _, _, accepted, _ in suffix)
     again = run_grid(jobs, settings, backend="serial")                     # finished jobs: summaries only
-    assert again[jobs[1]]["prompts_done"] == 8
+    assert again[jobs[1]]["prompts_done"] == 8 and not again[jobs[1]]["stopped_early"]
+    import dataclasses
+    import time
+    late = dataclasses.replace(settings, out=str(tmp_path / "late"), deadline=time.time() - 1)
+    stopped = run_grid(jobs, late, backend="serial")                       # out of time before any prompt
+    assert all(v["stopped_early"] and v["prompts_done"] == 0 for v in stopped.values())
     with pytest.raises(ValueError, match="backend"):
         run_grid(jobs, settings, backend="slurm")
 
@@ -137,7 +142,8 @@ def test_protocol_summary_and_targets_are_computed_from_the_records(tmp_path):
 @pytest.mark.parametrize("flags, message", [(["--lr-grid", "ogd-hydra"], "expected METHOD=LR"),
                                              (["--lr-grid", "ogd-hydra=fast"], "must be numbers"),
                                              (["--every", "0"], "every must be"),
-                                             (["--protocol", "=x"], "has no name")])
+                                             (["--protocol", "=x"], "has no name"),
+                                             (["--budget-minutes", "0"], "budget-minutes must be > 0")])
 def test_cli_refuses_bad_grids_with_exit_2(tmp_path, capsys, flags, message):
     from specloop.cli import main
     from tests.realmodels.scale_util import record_tiny

@@ -27,10 +27,12 @@ file, one `RoundRecord` per round, ``stream_index`` = prompt index; online
 methods' records carry the round's f_t(w_t) in ``loss``, returned by `OnlineDrafter.observe`),
 ``<method>/state.pt`` (prompts done, per-prompt and per-chunk timings, the adapter's
 full state: draft parameters, learner, replay buffer; for the suffix method the
-drafter's own state) written atomically after every
-prompt, and ``<method>/chunks.json`` (per-chunk summaries). A killed run restarted
-with the same arguments drops rounds of the unfinished prompt, reloads the state and
-continues: the records equal those of an uninterrupted run (greedy decoding).
+drafter's own state) written atomically after every prompt for a frozen draft, and for
+a method with learned state at chunk ends, after the run's last prompt and otherwise
+once ``state_every_s`` seconds have passed, and ``<method>/chunks.json`` (per-chunk
+summaries). A killed run restarted with the same arguments drops the rounds of the
+prompts after the last state write, reloads the state and serves them again: the
+records equal those of an uninterrupted run (greedy decoding).
 With ``snapshot_chunks`` an online method also keeps ``<method>/chunk-NNN.pt``
 (`chunk_snapshot_path`), the draft's trainable parameters at the end of chunk NNN
 (for the held-out analysis of `specloop.realmodels.streams.online_heldout`); nothing else
@@ -47,6 +49,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -195,6 +198,14 @@ class StreamRunner:
         replay_indices: the recording's index of each stream prompt (a sub-stream,
             `recording.recorded_items` with ``every``); None = prompt i is the
             recording's prompt i.
+        state_every_s: how often a method that carries learned state (an online learner,
+            a drafter that keeps stream state) rewrites ``state.pt``: after a prompt once
+            this many seconds have passed since the last write, at every chunk end and
+            after the run's last prompt (a frozen draft's small state is written after
+            every prompt). A killed run resumes from the last write and serves the
+            prompts since again, to the same records (greedy), so a kill costs at most
+            about this long, and an Ens-EAGLE-3 state (279 MB) is not rewritten after every
+            prompt. 0 = after every prompt.
         snapshot_chunks: an online method also writes `chunk_snapshot_path` files:
             after the last prompt of every chunk (and of the stream), its learner's
             played parameters (``adapter.params``, CPU copies) with ``chunk``,
@@ -210,7 +221,8 @@ class StreamRunner:
     def __init__(self, target, prompts: list[list[int]], out: str | os.PathLike, config: StreamConfig,
                  make_drafter: DrafterFactory | None = None,
                  drafts_dir: str | os.PathLike | None = None, replay=None, verify_cost=None,
-                 replay_indices: list[int] | None = None, snapshot_chunks: bool = False) -> None:
+                 replay_indices: list[int] | None = None, snapshot_chunks: bool = False,
+                 state_every_s: float = 300.0) -> None:
         if not prompts:
             raise ValueError("empty prompt stream")
         if replay is not None and config.online.get("background"):
@@ -229,6 +241,9 @@ class StreamRunner:
         self.make_drafter = make_drafter or self._registry_drafter
         self.drafts_dir = Path(drafts_dir) if drafts_dir is not None else None
         self.snapshot_chunks = bool(snapshot_chunks)
+        if not (float(state_every_s) >= 0):
+            raise ValueError(f"state_every_s must be >= 0 seconds, got {state_every_s}")
+        self.state_every_s = float(state_every_s)
 
     def _registry_drafter(self, spec: MethodSpec):
         from specloop.realmodels.registry.drafters import make_drafter
@@ -259,7 +274,7 @@ class StreamRunner:
                                   seed=self.config.seed + index)
 
     def run_method(self, name: str, *, stop_after: int | None = None,
-                   progress: Callable[[int], None] | None = None) -> dict:
+                   progress: Callable[[int], None] | None = None, deadline: float | None = None) -> dict:
         """Serve the stream with one method, resuming from its folder.
 
         Args:
@@ -267,6 +282,10 @@ class StreamRunner:
             stop_after: stop once this many prompts are done in total (simulates a
                 kill; None = the whole stream).
             progress: called with 1 after each served prompt.
+            deadline: wall-clock time (`time.time()`, seconds) after which no further
+                prompt is started: the state is written after the prompt that ends past
+                it and the run stops (``stopped_early`` in the summary); the same call
+                resumes. None = no deadline.
 
         Returns:
             The method's summary (`summarise`).
@@ -279,28 +298,39 @@ class StreamRunner:
         spec = resolve_method(name)
         folder = self.out / spec.name
         with folder_lock(folder):                   # one writer per method folder
-            return self._run_locked(spec, folder, stop_after, progress)
+            return self._run_locked(spec, folder, stop_after, progress, deadline)
 
-    def _run_locked(self, spec, folder: Path, stop_after, progress) -> dict:
+    def _run_locked(self, spec, folder: Path, stop_after, progress, deadline) -> dict:
         drafter, adapter = self._build(spec)
         state = self._load_state(folder, spec, adapter, _draft_id(drafter), drafter)
         done = state["prompts_done"]
         self._drop_unfinished(folder / "rounds.jsonl", done)
         limit = len(self.prompts) if stop_after is None else min(len(self.prompts), int(stop_after))
+        self._saved_at = time.monotonic()
         try:
             with TraceWriter(folder / "rounds.jsonl", meta=self._meta(spec)) as writer:
                 for index in range(done, limit):
-                    self._serve(index, drafter, adapter, writer, state)
+                    if index == done and deadline is not None and time.time() >= deadline:
+                        break                          # out of time before the first prompt
+                    stop = self._serve(index, drafter, adapter, writer, state, last=index + 1 == limit,
+                                       deadline=deadline)
                     if progress is not None:
                         progress(1)
+                    if stop and index + 1 < limit:
+                        break
         finally:
             if adapter is not None:
                 adapter.close()
         summary = summarise(Trace.load(folder / "rounds.jsonl"), state, self.config.chunk, len(self.prompts))
+        summary["stopped_early"] = summary["prompts_done"] < limit
         (folder / "chunks.json").write_text(json.dumps(summary["chunks"], indent=1), encoding="utf-8")
         return summary
 
-    def _serve(self, index: int, drafter, adapter, writer: TraceWriter, state: dict) -> None:
+    def _serve(self, index: int, drafter, adapter, writer: TraceWriter, state: dict, last: bool = True,
+               deadline: float | None = None) -> bool:
+        """Serve prompt ``index``, append its rounds and write the state when due.
+        Returns whether the run stops after it (its last prompt or past ``deadline``;
+        the state is written then)."""
         decoder = self._decoder(drafter, index)
         # online drafts return f_t(w_t) from observe: the session folds it into each
         # record's loss before the policy observes it
@@ -314,11 +344,18 @@ class StreamRunner:
         if adapter is not None and self.snapshot_chunks and \
                 ((index + 1) % self.config.chunk == 0 or index + 1 == len(self.prompts)):
             self._save_snapshot(writer.path.parent, index, adapter)
+        last = last or (deadline is not None and time.time() >= deadline)
+        learned = adapter is not None or _keeps_stream_state(drafter)
+        chunk_end = (index + 1) % self.config.chunk == 0
+        if learned and not (last or chunk_end or time.monotonic() - self._saved_at >= self.state_every_s):
+            return False                 # rewritten later; a kill before then serves these prompts again
         if adapter is not None:
             state["adapter"] = adapter.state_dict()
         if _keeps_stream_state(drafter):
             state["drafter"] = drafter.state_dict()
         save_checkpoint(writer.path.parent / "state.pt", state)
+        self._saved_at = time.monotonic()
+        return last
 
     def _save_snapshot(self, folder: Path, index: int, adapter) -> None:
         """The ``snapshot_chunks`` file of the chunk that prompt ``index`` ends."""

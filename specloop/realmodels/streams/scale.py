@@ -142,7 +142,9 @@ class GridSettings:
     verify-cost JSON, torch threads per job, and optionally ``target_loader``
     ("package.module:function", called with the recording's dtype name) to build the
     target instead of `load_model` of the recording's target name; ``snapshot_chunks``:
-    online jobs keep per-chunk parameter snapshots (`StreamRunner`)."""
+    online jobs keep per-chunk parameter snapshots (`StreamRunner`); ``deadline``: the
+    wall-clock time (`time.time()`) after which a job starts no further prompt and stops
+    with its state written (``stopped_early`` in its summary; rerun to continue)."""
 
     recording: str
     out: str
@@ -154,6 +156,7 @@ class GridSettings:
     threads: int = 1
     target_loader: str | None = None
     snapshot_chunks: bool = False
+    deadline: float | None = None
 
 
 _WORKER: dict = {}
@@ -202,7 +205,7 @@ def run_job(job: ScaleJob, settings: GridSettings) -> dict:
     runner = StreamRunner(state["target"], [list(i.ids) for i in state["items"]], folder, config,
                           drafts_dir=job.drafts, replay=state["recording"], verify_cost=state["cost"],
                           replay_indices=[i.index for i in state["items"]], snapshot_chunks=settings.snapshot_chunks)
-    summary = runner.run_method(job.method)
+    summary = runner.run_method(job.method, deadline=settings.deadline)
     return {**summary, "job": dataclasses.asdict(job), "folder": str(folder / job.method)}
 
 
