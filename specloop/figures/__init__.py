@@ -1,25 +1,27 @@
 """Figures: one module per figure, each ``main(out_dir, quick=False) -> FigureResult``
 (compute -> save data as .csv/.npz/.json -> plot PNG + SVG with matplotlib Agg).
 
-=================  ===========================================================  ===========
-name               what it shows                                                inputs
-=================  ===========================================================  ===========
-``theory_vs_sim``  tokens per round n_t and speedup vs acceptance rate and k:    theory, sim
-                   theory curves, simulated points with error bars, Lemma 1 /
-                   Theorem 1 bounds (OnlineSpec Sec. 2)
-``optimal_k``      exact argmax of the speedup over k vs Corollary 4's closed    theory
-                   form, and the closed form's efficiency
-``regret``         dynamic regret vs T per learner and scenario (log-log) with   strategies
-                   fitted and predicted slopes (Corollaries 1-3)
-``online_stream``  mean accepted length and tokens/s per chunk over a real       realmodels
-                   prompt stream, frozen vs online drafts (OnlineSpec Fig. 3)    (+ stream)
-``ltd``            LTD depth / verification-size distributions, ablation bars   ltd
-                   (simulator)
-``ltd_real``       LTD on the real decoder: paired speedups over the best        ltd, realmodels
-                   static tree, replay of recorded rounds, transfer
-``speedup_table``  real-model speedup against HF's modes (greedy, prompt         realmodels
-                   lookup, assisted generation)
-=================  ===========================================================  ===========
+====================  ===========================================================  ===========
+name                  what it shows                                                inputs
+====================  ===========================================================  ===========
+``theory_vs_sim``     tokens per round n_t and speedup vs acceptance rate and k:    theory, sim
+                      theory curves, simulated points with error bars, Lemma 1 /
+                      Theorem 1 bounds (OnlineSpec Sec. 2)
+``optimal_k``         exact argmax of the speedup over k vs Corollary 4's closed    theory
+                      form, and the closed form's efficiency
+``regret``            dynamic regret vs T per learner and scenario (log-log) with   strategies
+                      fitted and predicted slopes (Corollaries 1-3)
+``online_stream``     mean accepted length and tokens/s per chunk over a real       realmodels
+                      prompt stream, frozen vs online drafts (OnlineSpec Fig. 3)    (+ stream)
+``online_substream``  tau per chunk over a held-out ShareGPT sub-stream (answers   realmodels
+                      rebuilt by prefill, replayed): frozen Hydra vs Opt-Hydra      (+ stream scale)
+``ltd``               LTD depth / verification-size distributions, ablation bars   ltd
+                      (simulator)
+``ltd_real``          LTD on the real decoder: paired speedups over the best        ltd, realmodels
+                      static tree, replay of recorded rounds, transfer
+``speedup_table``     real-model speedup against HF's modes (greedy, prompt         realmodels
+                      lookup, assisted generation)
+====================  ===========================================================  ===========
 
 Shared modules: `_base` (`FigureResult`, `FigureUnavailable`, `require`, the CSV / NPZ /
 PNG + SVG save helpers) and `_real` (held-out prompts as token ids, timed runs of HF
@@ -49,6 +51,8 @@ FIGURES: dict[str, tuple[str, str]] = {
                "dynamic regret vs T per learner and scenario"),
     "online_stream": ("specloop.figures.online_stream",
                       "per-chunk mean accepted length and tokens/s, frozen vs online"),
+    "online_substream": ("specloop.figures.online_substream",
+                         "held-out sub-stream replay: tau per chunk, frozen Hydra vs Opt-Hydra"),
     "ltd": ("specloop.figures.ltd",
             "LTD depth / verification-size distributions and ablations"),
     "ltd_real": ("specloop.figures.ltd_real",
