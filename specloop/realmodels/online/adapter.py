@@ -35,6 +35,9 @@ class OnlineAdapter:
 
     Attributes:
         train_seconds: wall seconds spent in updates (foreground and background).
+        train_cpu_seconds: CPU seconds of the threads that ran the updates, in them
+            (`time.thread_time`; the worker's own in background mode).
+        publications: background mode: trained weights copied into the drafter.
         num_steps: learner steps taken.
         last_loss: the mini-batch loss of the latest learner step (NaN before any, and
             for learners that ignore the played point, OSD, whose steps do not evaluate it).
@@ -75,6 +78,7 @@ class OnlineAdapter:
         self.rounds = 0
         self.num_steps = 0
         self.train_seconds = 0.0
+        self.train_cpu_seconds = 0.0
         self.last_loss = math.nan
         self.lock = threading.RLock()
         self._queue: queue.Queue | None = None
@@ -149,7 +153,7 @@ class OnlineAdapter:
         parameters written into the drafter (under the drafting lock), or in background
         mode into the private copy and published every ``publish_every`` steps. See the
         class docstring for what each learner kind is given."""
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.thread_time()
         train = self.train
         played = [p.detach().clone() for p in train.params]
         if self.learns_played:
@@ -174,6 +178,7 @@ class OnlineAdapter:
         self.last_loss = loss
         self.num_steps += 1
         self.train_seconds += time.perf_counter() - t0
+        self.train_cpu_seconds += time.thread_time() - cpu0
 
     # -- publication (background mode) ----------------------------------------------
     def _stage(self) -> None:

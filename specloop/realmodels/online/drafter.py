@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,6 +28,11 @@ class OnlineDrafter:
         round_losses: f_t(w_t) of each round (`OnlineAdapter.record`: the round's own
             cross-entropy at the parameters that drafted it; NaN if the round gave
             no sample), in order; one entry per ``observe``.
+        collect_seconds: wall seconds spent turning verification feedback into
+            training samples (``objective.collect``; part of each round's update time).
+        online_seconds: wall seconds of online work in ``observe``: collection plus the
+            adapter's ``record`` (the round's loss, updates run or queued, publication);
+            the inner drafter's own ``observe`` is left out.
         round_loss: the latest entry (NaN before the first round); ``observe``
             returns it, and the decoder session writes it into the round's
             `RoundRecord.loss`.
@@ -38,6 +44,8 @@ class OnlineDrafter:
         self.name = f"online-{getattr(inner, 'name', 'drafter')}"
         self.needs_target_hidden = tuple(getattr(inner, "needs_target_hidden", ()))
         self.round_losses: list[float] = []
+        self.collect_seconds = 0.0
+        self.online_seconds = 0.0
         self._context: torch.Tensor | None = None
 
     def reset(self, prompt_ids: torch.Tensor, *, target_hidden=None) -> None:
@@ -55,10 +63,15 @@ class OnlineDrafter:
         """Collect the round's sample, let the inner drafter observe, micro-update;
         returns f_t(w_t), the observation the decoder folds into the round's
         `RoundRecord.loss` before the policy sees it."""
+        t0 = time.perf_counter()
         sample = self.adapter.objective.collect(feedback, self._context)
+        t1 = time.perf_counter()
         self._context = None
         self.inner.observe(feedback)
+        t2 = time.perf_counter()
         loss = float(self.adapter.record(sample))
+        self.collect_seconds += t1 - t0
+        self.online_seconds += (t1 - t0) + (time.perf_counter() - t2)
         self.round_losses.append(loss)
         return loss
 

@@ -1,0 +1,106 @@
+"""Live wall-clock of online updates on SmolLM2-135M (`specloop.realmodels.streams.live_wallclock`):
+frozen draft, serial updates, background updates with decoding and updates on one core
+each, background on both cores, background publishing every N updates; the same held-out
+prompts in the same order for every row, rows interleaved per chunk.
+
+Prompts: every ``--every``-th prompt of a committed answer set (default the held-out
+ShareGPT stream, 400 code -> 400 writing -> 400 chat; ``--every 12`` gives 100 prompts in
+all three domains), ``--max-new-tokens`` from the set. Resumable in chunks
+(``--budget-minutes``: exit 3 when it stops early; rerun the same command)::
+
+    OMP_NUM_THREADS=2 python benchmarks/online_wallclock.py --method opt-hydra --dtype float32 \\
+        --every 12 --budget-minutes 150 --out results/online_wallclock/opt-hydra-float32.json
+
+Writes JSON: settings, machine, the 1-minute load over the run, and per row
+``tokens_per_s``, ``tau``, ``update_cost_fraction``, ``update_cpu_fraction`` and, for online
+rows, ``wallclock_vs_frozen`` / ``wallclock_vs_frozen_ci`` (geometric mean of per-prompt
+tokens/s ratios to the frozen row, 95 % interval). Exit 2 on bad input, 1 when an
+online row's output differed from the frozen row's (greedy decoding must be lossless).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--answers", default=str(REPO / "data" / "answers" / "sharegpt-heldout-1200"))
+    parser.add_argument("--every", type=int, default=12)
+    parser.add_argument("--prompts", type=int, default=None, help="the first N of the kept prompts")
+    parser.add_argument("--method", default="opt-hydra", help="online method, e.g. opt-hydra, ens-eagle3")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    parser.add_argument("--chunk", type=int, default=10)
+    parser.add_argument("--publish-every", type=int, default=4)
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("-k", "--num-draft-tokens", type=int, default=4)
+    parser.add_argument("--mode", choices=["round", "chunk"], default="round")
+    parser.add_argument("--budget-minutes", type=float, default=None)
+    parser.add_argument("--out", default="results/online_wallclock/result.json")
+    return parser
+
+
+def _prompts(folder: str, every: int, limit: int | None):
+    from specloop.realmodels.answers.answer_set import open_answer_set
+    answers = open_answer_set(folder)
+    kept = [r for i, r in enumerate(answers.records()) if i % every == 0]
+    kept = kept[:limit] if limit else kept
+    return answers, [[int(t) for t in r["prompt"]] for r in kept], [r["dataset"] for r in kept]
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.every < 1 or args.chunk < 1 or (args.prompts is not None and args.prompts < 1):
+        print("error: --every, --chunk and --prompts must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        from specloop.realmodels.streams.runner import resolve_method
+        spec = resolve_method(args.method)
+        if spec.learner is None:
+            raise ValueError(f"{args.method} is a frozen draft; name an online method")
+        answers, prompts, domains = _prompts(args.answers, args.every, args.prompts)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    from tqdm.auto import tqdm
+
+    from specloop.realmodels.loading import load_model
+    from specloop.realmodels.registry.drafters import make_drafter
+    from specloop.realmodels.streams.live_wallclock import default_rows, run_live_wallclock
+    from specloop.report.machine import LoadMonitor, machine_info
+    target = load_model(answers.settings["target"], dtype=args.dtype)
+    rows = default_rows(spec.name, cores=args.cores, publish_every=args.publish_every)
+    out = Path(args.out)
+    deadline = None if args.budget_minutes is None else time.time() + 60 * args.budget_minutes
+    bar = tqdm(total=len(prompts) * len(rows), desc="rows x prompts", unit="prompt", file=sys.stderr)
+    with LoadMonitor() as load:
+        result = run_live_wallclock(
+            target, prompts, rows, make_drafter=lambda kind: make_drafter(kind or spec.drafter, target,
+                                                                          train_if_missing=False, progress=False),
+            chunk=args.chunk, max_new_tokens=int(answers.settings["max_new_tokens"]),
+            num_draft_tokens=args.num_draft_tokens, online={"mode": args.mode}, progress=bar.update,
+            state_dir=out.with_suffix(".state"), deadline=deadline)
+    bar.close()
+    result.update(settings={**vars(args), "domains": sorted(set(domains)), "prompts_total": len(prompts)},
+                  machine=machine_info(), load=load.summary)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1), encoding="utf-8")
+    for name, row in result["rows"].items():
+        vs = row.get("wallclock_vs_frozen")
+        extra = "" if vs is None else (f"  x{vs:.3f} [{row['wallclock_vs_frozen_ci'][0]:.3f}, "
+                                       f"{row['wallclock_vs_frozen_ci'][1]:.3f}]  update share "
+                                       f"{row['update_cost_fraction']:.2f}")
+        print(f"{name:32s} {row['tokens_per_s']:7.2f} tok/s  tau {row['tau']:.3f}{extra}")
+    print(f"wrote {out} ({result['prompts']} of {len(prompts)} prompts)")
+    if not result["outputs_equal"]:
+        return 1
+    return 0 if result["complete"] else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
