@@ -11,8 +11,9 @@ Steps (`main`):
    prefill per prompt, no generation, into the part's folder.
 2. `run_substream`: the stream-scale grid (`specloop.realmodels.streams.scale`) replays
    frozen ``hydra`` and online ``opt-hydra`` (round mode: a micro-update every round,
-   batch 4) with the shipped drafts (the off-domain protocol: they never saw
-   ShareGPT) plus the greedy baseline whose priced tokens/s is every speedup's
+   batch 4) with the shipped drafts (the in-domain protocol: the shipped Hydra was
+   fine-tuned on the target's answers to the ShareGPT warm-up split, disjoint from these
+   held-out prompts) plus the greedy baseline whose priced tokens/s is every speedup's
    denominator, on the process backend (two workers, one torch thread each);
    `specloop.realmodels.streams.scale_results.protocol_summary` aggregates.
 3. `substream_claim`: the verdict row from the summary's ``vs_frozen`` (paired
@@ -35,7 +36,7 @@ __all__ = ["main", "SIZES", "ANSWER_SET", "answer_set_dir", "rebuild_substream",
 NAME = "online_substream"
 ANSWER_SET = "sharegpt-heldout-1200"
 FROZEN, ONLINE = "hydra", "opt-hydra"
-PROTOCOL = "off-domain"
+PROTOCOL = "in-domain"
 #: round mode with the online flags' defaults (`specloop.cli._online_flags`): a
 #: micro-update every round from a replay buffer, batch 4
 ONLINE_CONFIG = {"mode": "round", "batch_size": 4, "update_every": 1, "epochs": 2, "precondition": "none"}
