@@ -98,8 +98,9 @@ def test_first_rms_step_is_lr_times_g_over_abs_g(backend):
 
 
 def test_rms_update_equals_torch_in_place_form_bit_for_bit():
-    """v.mul_(beta).addcmul_(g, g, value=1 - beta) and g / ((v / c).sqrt() + eps): the
-    in-place optimiser form the real decoder's adapter used before the wrapper."""
+    """v.mul_(beta).addcmul_(g, g, value=1 - beta), g / ((v / c).sqrt() + eps) and
+    p.add_(scaled, alpha=-lr): the in-place optimiser form (torch.optim's SGD step is
+    ``param.add_(grad, alpha=-lr)``), bit for bit."""
     torch.manual_seed(0)
     params = [torch.randn(300, 40), torch.randn(40)]
     beta, learner = 0.95, Preconditioned(OGD(1e-3), decay=0.95)
@@ -109,7 +110,7 @@ def test_rms_update_equals_torch_in_place_form_bit_for_bit():
         for vi, g in zip(v, grads):
             vi.mul_(beta).addcmul_(g, g, value=1.0 - beta)
         c = 1.0 - beta ** step
-        want = [p - 1e-3 * (g / ((vi / c).sqrt() + 1e-8)) for p, g, vi in zip(params, grads, v)]
+        want = [p.clone().add_(g / ((vi / c).sqrt() + 1e-8), alpha=-1e-3) for p, g, vi in zip(params, grads, v)]
         params = learner.step(params, grads, 0.0)
         assert all(torch.equal(a, b) for a, b in zip(params, want))
         assert all(torch.equal(a, b) for a, b in zip(learner.second_moment, v))
