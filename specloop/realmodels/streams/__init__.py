@@ -12,6 +12,7 @@ Modules (import the one you need):
 * `scale`           -- the online-at-scale grid (jobs, workers, resumable).
 * `scale_results`   -- the grid's tables and verdicts.
 * `online_heldout`  -- held-out loss of the chunk snapshots an online run kept.
+* `live_wallclock`  -- the live decoder's wall-clock rows (frozen, serial, background), interleaved per chunk.
 
 The recording's format and readers are `specloop.realmodels.recording`.
 """
