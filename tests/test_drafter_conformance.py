@@ -68,6 +68,7 @@ KINDS = {
     "eagle": "eagle",
     "eagle3": "eagle3",
     "hybrid": "hybrid",
+    "hybrid-suffix-hydra": "hybrid",             # the suffix tree where confident, else Hydra (+suffix methods)
     "medusa": "medusa",
     "hydra": "hydra",
     "hedge:suffix,ngram": "hedge:suffix,ngram",
@@ -87,7 +88,7 @@ SAMPLINGS = {"greedy": SamplingConfig(0.0), "sampled": SamplingConfig(1.0)}
 SHRUNK_MAX_TOKENS = {1: 1, 2: 3}
 
 #: drafters with state across requests (state_dict / load_state_dict / keeps_stream_state)
-STATEFUL = ("suffix", "hedge:suffix,ngram")
+STATEFUL = ("suffix", "hedge:suffix,ngram", "hybrid-suffix-hydra")
 
 #: fixed per-proposal drafting seconds of the hedge's sources (the stream method's
 #: constants), so its choices and the round trip do not depend on the machine's load
@@ -137,6 +138,9 @@ def build(kind: str, model):
             from specloop.realmodels.heads.hybrid import HybridDrafter
             return HybridDrafter(drafter)
         return drafter
+    if kind == "hybrid-suffix-hydra":
+        from specloop.realmodels.heads.hybrid import HybridDrafter
+        return HybridDrafter(build("hydra", model), lookup_drafter=make_drafter("suffix", loaded), min_score=1.0)
     if kind == "hydra":
         from specloop.realmodels.heads.head_drafting import HydraDrafter
         from specloop.realmodels.heads.hydra import build_hydra
@@ -247,9 +251,11 @@ def test_every_registered_drafter_is_in_the_suite(target):
 
 def test_stateful_drafters_are_the_round_tripped_ones(target):
     """A drafter that gains state across requests must join the round-trip cases."""
-    def stateful(d):
-        return (hasattr(d, "state_dict") and hasattr(d, "load_state_dict")) or \
-            bool(getattr(d, "keeps_stream_state", False))
+    def stateful(d):                 # a declared keeps_stream_state decides (a hybrid's lookup may keep none)
+        declared = getattr(d, "keeps_stream_state", None)
+        if declared is not None:
+            return bool(declared)
+        return hasattr(d, "state_dict") and hasattr(d, "load_state_dict")
     assert {kind for kind in KINDS if stateful(build(kind, target))} == set(STATEFUL)
 
 

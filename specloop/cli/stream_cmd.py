@@ -45,7 +45,9 @@ def register(subparsers) -> None:
     parser.add_argument("--target", default="smollm2-135m", help="target model (registry name, HF id or path)")
     parser.add_argument("--method", default=DEFAULT_METHODS,
                         help=f"comma-separated methods (default {DEFAULT_METHODS}); e.g. vanilla-sd, osd, "
-                             "hydra, osd-hydra, opt-hydra, eagle, ens-eagle, eagle3, ens-eagle3, optens-hydra")
+                             "hydra, osd-hydra, opt-hydra, eagle, ens-eagle, eagle3, ens-eagle3, optens-hydra, suffix; "
+                             "<method>+suffix (hydra+suffix, opt-hydra+suffix, ...): the suffix tree where it is "
+                             "confident, else that head")
     parser.add_argument("--datasets", default="humaneval,mt-bench,ifbench",
                         help="comma-separated datasets, in domain order (of the --split split); a dataset may be a prompt "
                              "file (.jsonl, .json, .csv, .parquet: rows with 'prompt' or chat 'messages', optional "

@@ -30,7 +30,9 @@ class OnlineAdapter:
     """Owns the objective, the learner, the replay buffer and the update schedule.
 
     Args:
-        drafter: the inner drafter (its ``parameters()`` are updated in place).
+        drafter: the inner drafter (its ``parameters()`` are updated in place); a
+            composite drafter with a ``trainable`` attribute (`heads.hybrid.HybridDrafter`)
+            has that part trained.
         config: `OnlineConfig`.
 
     Attributes:
@@ -56,8 +58,10 @@ class OnlineAdapter:
     def __init__(self, drafter, config: OnlineConfig) -> None:
         self.drafter = drafter
         self.config = config
-        self.objective = objective_for(drafter, top_m=config.top_m)
-        self.params = [p for p in drafter.parameters()]
+        # a composite drafter (a lookup + head hybrid) names the part it trains
+        trained = getattr(drafter, "trainable", drafter)
+        self.objective = objective_for(trained, top_m=config.top_m)
+        self.params = [p for p in trained.parameters()]
         if not self.params:
             raise ValueError(f"drafter {getattr(drafter, 'name', '?')!r} has no trainable parameters")
         self.learner = head_learner(config.learner, config.step_size, num_learners=config.num_learners,
@@ -67,7 +71,7 @@ class OnlineAdapter:
                                     ensemble_losses=config.ensemble_losses)
         # evaluates losses at other parameter values without writing them into the
         # drafter (None: no single module holds the parameters; values are written in)
-        self.owner = ParameterOwner.find(drafter, self.params)
+        self.owner = ParameterOwner.find(trained, self.params)
         if config.stacked_oracle and self.owner is None:
             raise ValueError(f"stacked_oracle needs the drafter's parameters in one module; "
                              f"{getattr(drafter, 'name', type(drafter).__name__)!r} has none")
@@ -89,7 +93,7 @@ class OnlineAdapter:
         # mode a private copy the worker trains while the decoder drafts (published
         # into the drafter between rounds, every ``publish_every`` steps)
         self.live = Workspace(self.objective, self.params, self.owner)
-        self.train = shadow_workspace(drafter, self.live, config.top_m) if config.background else self.live
+        self.train = shadow_workspace(trained, self.live, config.top_m) if config.background else self.live
         self.publications = 0
         self._staging = threading.Lock()
         self._staged: list[torch.Tensor] | None = None

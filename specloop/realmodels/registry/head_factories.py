@@ -82,15 +82,26 @@ class HeadOptions(ContextOptions):
 
 @dataclasses.dataclass(frozen=True)
 class HybridOptions(HeadOptions):
-    """Options of ``hybrid`` (prompt lookup, else the EAGLE head): `HeadOptions` and:
+    """Options of ``hybrid`` (a lookup where it proposes, else a trained head):
+    `HeadOptions` (``checkpoint`` = the head's draft folder) and:
 
     Attributes:
-        head (str, "eagle"): "eagle" or "eagle3".
+        head (str, "eagle"): "eagle", "eagle3", "hydra" or "medusa".
+        lookup (str, "ngram"): "ngram" (prompt lookup) or "suffix" (the suffix tree,
+            `SuffixDrafter` with its defaults, the verify-cost column of
+            ``suffix_dtype``).
+        min_score (float, 0.0): as `HybridDrafter` (expected accepted tokens a
+            lookup proposal needs).
+        suffix_dtype (str, "float32"): the shipped verify-cost column the suffix
+            lookup prices by (the target's dtype).
         min_ngram (int, 2), max_ngram (int, 4), max_matches (int, 4): as `HybridDrafter`.
     """
     kind = "hybrid"
 
     head: str = "eagle"
+    lookup: str = "ngram"
+    min_score: float = 0.0
+    suffix_dtype: str = "float32"
     min_ngram: int = 2
     max_ngram: int = 4
     max_matches: int = 4

@@ -4,8 +4,8 @@ Read lazily by `specloop.realmodels.registry.drafters` (`head_drafters`; this mo
 imports nothing from the registry, so the two form no import circle).
 Names: ``eagle``, ``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none
 is saved; option ``dtype`` = the head's drafting dtype, default float32),
-``hybrid`` (prompt lookup, else the EAGLE head; option ``head="eagle3"`` to use
-EAGLE-3), ``medusa``, ``hydra`` and ``small-lm`` (the distilled small LM, which
+``hybrid`` (prompt lookup or, ``lookup="suffix"``, the suffix tree, else the EAGLE
+head; option ``head`` = eagle3, hydra or medusa for another head), ``medusa``, ``hydra`` and ``small-lm`` (the distilled small LM, which
 replaces the registry's built-in separate-model entry and delegates to it when a
 ``model`` option names a model; `specloop.realmodels.registry.head_factories`).
 Each name's options are a dataclass (`HeadOptions`, `HybridOptions`,
@@ -47,21 +47,37 @@ def make_eagle3(target, **options):
 
 
 def make_hybrid(target, **options):
-    """Registry factory ``hybrid``: prompt lookup, else the EAGLE (``head="eagle3"``:
-    EAGLE-3) head.
+    """Registry factory ``hybrid``: a lookup (prompt lookup, or with ``lookup="suffix"``
+    the suffix tree) where it proposes and scores ``min_score``, else the trained head
+    ``head`` (EAGLE by default; EAGLE-3, Hydra or Medusa).
 
     Args:
         **options: the fields of `HybridOptions`.
 
     Raises:
-        ValueError: an undeclared option or a wrong type, bad n-gram sizes
-            (`HybridDrafter`); ValueError / FileNotFoundError from `load_eagle_drafter`.
+        ValueError: an undeclared option or a wrong type, an unknown head or lookup,
+            bad n-gram sizes or ``min_score`` (`HybridDrafter`); ValueError /
+            FileNotFoundError from the head's loader.
     """
     from specloop.realmodels.registry.head_factories import load_eagle_drafter
     from specloop.realmodels.heads.hybrid import HybridDrafter
     opts = HybridOptions.from_options(options)
-    head = load_eagle_drafter(target, opts.head or HybridOptions.head, **_eagle_options(opts))
-    return HybridDrafter(head, min_ngram=opts.min_ngram, max_ngram=opts.max_ngram, max_matches=opts.max_matches)
+    if opts.lookup not in ("ngram", "suffix"):
+        raise ValueError(f"hybrid lookup must be 'ngram' or 'suffix', got {opts.lookup!r}")
+    kind = opts.head or HybridOptions.head
+    if kind in ("eagle", "eagle3"):
+        head = load_eagle_drafter(target, kind, **_eagle_options(opts))
+    elif kind in ("hydra", "medusa"):
+        own = {name: getattr(opts, name) for name in ("checkpoint", "train_if_missing", "progress", "train_config")}
+        head = (make_hydra_drafter if kind == "hydra" else make_medusa_drafter)(target, **own)
+    else:
+        raise ValueError(f"hybrid head must be one of eagle, eagle3, hydra, medusa; got {kind!r}")
+    lookup = None
+    if opts.lookup == "suffix":
+        from specloop.realmodels.drafters.suffix import make_suffix_drafter
+        lookup = make_suffix_drafter(target, dtype=opts.suffix_dtype)
+    return HybridDrafter(head, min_ngram=opts.min_ngram, max_ngram=opts.max_ngram, max_matches=opts.max_matches,
+                         lookup_drafter=lookup, min_score=opts.min_score)
 
 
 def head_drafters() -> dict:

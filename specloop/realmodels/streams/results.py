@@ -36,10 +36,10 @@ def vs_frozen(name: str, summaries: dict, domains: list[str]) -> dict | None:
     with ``frozen`` naming that method; None for a frozen method or when its frozen
     counterpart did not run. ``summaries``: method -> `StreamRunner.run_method`
     summary; ``domains``: dataset of each stream prompt."""
-    from specloop.realmodels.streams.runner import METHODS, resolve_method
+    from specloop.realmodels.streams.runner import frozen_method, resolve_method
     from specloop.stats import paired_gain
     spec = resolve_method(name)
-    frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
+    frozen = frozen_method(spec)
     if spec.learner is None or frozen not in summaries:
         return None
     a, b = summaries[frozen].get("prompts", []), summaries[name].get("prompts", [])

@@ -16,7 +16,15 @@ opt-<kind>         <kind>        optimistic OGD, Eq. 3 (Opt-Hydra, Sec. 3.2)
 ens-<kind>         <kind>        Hedge ensemble, N=3, epsilon=10 (Ens-EAGLE, Sec. 3.3)
 optens-<kind>      <kind>        optimism + ensemble (App. C.3)
 eagle / eagle3     eagle/eagle3  frozen (and the online variants above)
+<kind>+suffix      hybrid        frozen head, the suffix tree where it is confident
+<prefix>-<kind>+suffix  hybrid   the online head above, the same suffix tree
+suffix             suffix        the suffix tree alone (SuffixDecoding)
 =================  ============  =====================================================
+
+A ``+suffix`` method drafts with the suffix tree (which learns from every committed
+token of the stream without a gradient) when its proposal's expected accepted tokens
+reach `SUFFIX_MIN_SCORE`, else with the head (`specloop.realmodels.heads.hybrid`);
+online learning trains the head alone, the tries are kept with the stream's state.
 
 ``greedy`` is the baseline: the same decoder with no draft (one target forward per
 token, same KV-cache code path), whose tokens/s is the denominator of every
@@ -62,7 +70,8 @@ from specloop.realmodels.online import (OnlineAdapter, OnlineConfig, OnlineDraft
 from specloop.record import Trace, TraceWriter
 from specloop.strategies.registry import learner_spec
 
-__all__ = ["MethodSpec", "METHODS", "resolve_method", "StreamConfig", "StreamRunner", "summarise",
+__all__ = ["MethodSpec", "METHODS", "resolve_method", "frozen_method", "SUFFIX_MIN_SCORE", "StreamConfig",
+           "StreamRunner", "summarise",
            "BASELINE", "chunk_snapshot_path", "online_drafter"]
 
 BASELINE = "greedy"
@@ -82,12 +91,30 @@ class MethodSpec:
         drafter: drafter registry name ("" for the no-draft baseline).
         learner: registered online learner name (`specloop.strategies.registry`,
             e.g. "optimistic") or None for a frozen draft.
+        drafter_options: the drafter's options as (name, value) pairs (e.g. a hybrid's
+            head and lookup); () = its defaults.
     """
 
     name: str
     label: str
     drafter: str
     learner: str | None
+    drafter_options: tuple = ()
+
+    @property
+    def draft_kind(self) -> str:
+        """The trained draft it reads (a hybrid's head): the ``--drafts`` sub-folder."""
+        return str(dict(self.drafter_options).get("head", self.drafter))
+
+
+#: expected accepted tokens (sum of the proposal's empirical path probabilities) a suffix
+#: proposal needs in a ``+suffix`` method; the shipped heads accept 0.7-0.9 tokens a round
+#: at k = 4 (tau 1.7-1.9), and the tries' counts are optimistic, hence a little above
+SUFFIX_MIN_SCORE = 1.0
+
+
+def _suffix_hybrid(kind: str) -> tuple:
+    return (("head", kind), ("lookup", "suffix"), ("min_score", SUFFIX_MIN_SCORE))
 
 
 def _hedge_sources_drafter() -> str:
@@ -107,9 +134,20 @@ def _build_methods() -> dict[str, MethodSpec]:
              "hedge-sources": MethodSpec("hedge-sources", "Hedge (sources)", _hedge_sources_drafter(), None)}
     for kind, label in _KINDS.items():
         table[kind] = MethodSpec(kind, label, kind, None)
+        table[f"{kind}+suffix"] = MethodSpec(f"{kind}+suffix", f"{label} + suffix", "hybrid", None,
+                                             _suffix_hybrid(kind))
         for prefix, (learner, plabel) in _LEARNERS.items():
             table[f"{prefix}-{kind}"] = MethodSpec(f"{prefix}-{kind}", f"{plabel}-{label}", kind, learner)
+            table[f"{prefix}-{kind}+suffix"] = MethodSpec(f"{prefix}-{kind}+suffix", f"{plabel}-{label} + suffix",
+                                                          "hybrid", learner, _suffix_hybrid(kind))
     return table
+
+
+def frozen_method(spec: MethodSpec) -> str | None:
+    """The frozen method with ``spec``'s draft (same drafter and options): the
+    reference of an online method's paired gain; None if the table has none."""
+    return next((m.name for m in METHODS.values() if m.drafter == spec.drafter
+                 and m.drafter_options == spec.drafter_options and m.learner is None), None)
 
 
 METHODS: dict[str, MethodSpec] = _build_methods()
@@ -248,11 +286,13 @@ class StreamRunner:
     def _registry_drafter(self, spec: MethodSpec):
         from specloop.realmodels.registry.drafters import make_drafter
         # a checkpoint folder is read as it is (`heads.common.load_draft` never falls back to the shipped copy)
-        options = {} if self.drafts_dir is None else {"checkpoint": str(self.drafts_dir / spec.drafter)}
+        options = dict(spec.drafter_options)
+        if self.drafts_dir is not None:
+            options["checkpoint"] = str(self.drafts_dir / spec.draft_kind)
         try:
             return make_drafter(spec.drafter, self.target, train_if_missing=False, progress=False, **options)
         except FileNotFoundError as exc:
-            raise FileNotFoundError(f"method {spec.label!r} needs a trained {spec.drafter!r} draft: {exc}") from exc
+            raise FileNotFoundError(f"method {spec.label!r} needs a trained {spec.draft_kind!r} draft: {exc}") from exc
 
     def _build(self, spec: MethodSpec):
         if spec.name == BASELINE:
@@ -352,7 +392,7 @@ class StreamRunner:
         if adapter is not None:
             state["adapter"] = adapter.state_dict()
         if _keeps_stream_state(drafter):
-            state["drafter"] = drafter.state_dict()
+            state["drafter"] = _stream_state_owner(drafter).state_dict()
         save_checkpoint(writer.path.parent / "state.pt", state)
         self._saved_at = time.monotonic()
         return last
@@ -390,7 +430,7 @@ class StreamRunner:
         if adapter is not None and state.get("adapter") is not None:
             adapter.load_state_dict(state["adapter"])
         if drafter is not None and _keeps_stream_state(drafter) and state.get("drafter") is not None:
-            drafter.load_state_dict(state["drafter"])
+            _stream_state_owner(drafter).load_state_dict(state["drafter"])
         return state
 
     def _stream_hash(self) -> str:
@@ -416,11 +456,20 @@ def chunk_snapshot_path(folder: str | os.PathLike, chunk: int) -> Path:
     return Path(folder) / f"chunk-{int(chunk):03d}.pt"
 
 
+def _stream_state_owner(drafter):
+    """The drafter whose state grows over the stream without a learner (the suffix
+    drafter, a hybrid with a suffix lookup; inside an online drafter too), or None.
+    Such drafters declare ``keeps_stream_state``; the runner saves their
+    ``state_dict`` with the stream's state so a resumed run continues from it."""
+    for candidate in (drafter, getattr(drafter, "inner", None)):
+        if candidate is not None and bool(getattr(candidate, "keeps_stream_state", False)):
+            return candidate
+    return None
+
+
 def _keeps_stream_state(drafter) -> bool:
-    """Drafters whose state grows over the stream without a learner (the suffix drafter)
-    declare ``keeps_stream_state``; the runner saves their
-    ``state_dict`` with every prompt so a resumed run continues from it."""
-    return bool(getattr(drafter, "keeps_stream_state", False))
+    """Whether `_stream_state_owner` finds one."""
+    return _stream_state_owner(drafter) is not None
 
 
 def _draft_id(drafter) -> str:

@@ -36,7 +36,7 @@ PAPER_CHUNKS = {"hydra": 80, "medusa": 80, "eagle": 40, "eagle3": 40, "small-lm"
 def paper_chunk(method: str) -> int:
     """The paper's chunk size for a method's drafter (40 when the family is not listed)."""
     from specloop.realmodels.streams.runner import resolve_method
-    return PAPER_CHUNKS.get(resolve_method(method).drafter, 40)
+    return PAPER_CHUNKS.get(resolve_method(method).draft_kind, 40)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
         domains: dataset of each stream prompt.
         protocol: its name.
     """
-    from specloop.realmodels.streams.runner import METHODS, resolve_method
+    from specloop.realmodels.streams.runner import frozen_method, resolve_method
     from specloop.stats import paired_gain
     base_tps = baseline["tokens_per_s"]
     grouped: dict[str, list[dict]] = {}
@@ -98,7 +98,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
                for name, rows in grouped.items()}
     for name, row in methods.items():
         spec = resolve_method(name)
-        frozen = next((m.name for m in METHODS.values() if m.drafter == spec.drafter and m.learner is None), None)
+        frozen = frozen_method(spec)
         if spec.learner is not None and frozen in methods:
             a, b = methods[frozen]["prompts"], row["prompts"]
             row["vs_frozen"] = {"frozen": frozen, **paired_gain(a, b), "per_domain": {
