@@ -10,7 +10,12 @@ of per-prompt tokens/s ratios with a Student-t interval for throughput):
 
 * online over frozen (without the suffix tree), and with the suffix tree beside both;
 * the suffix tree's own gain for the frozen and for the online head;
-* online + suffix against the frozen head alone (everything together).
+* online + suffix against the frozen head alone (everything together);
+
+and, per online comparison, the serial speedup `specloop.theory.online_cost` predicts
+from the measured seconds a round and tau gain beside the one the replay priced (the
+model takes the frozen run's drafting seconds for both; the difference is the online
+draft's own drafting time).
 
 Throughput is priced as in the replay: verification from the recording's cost table,
 drafting as measured; "background" leaves the updates out (a worker off the decoder's
@@ -51,10 +56,13 @@ def _per_prompt(folder: Path) -> dict[int, dict]:
     from specloop.record import Trace
     rows: dict[int, dict] = {}
     for r in Trace.load(folder / "rounds.jsonl"):
-        row = rows.setdefault(int(r.stream_index), {"rounds": 0, "tokens": 0, "decode": 0.0, "update": 0.0})
+        row = rows.setdefault(int(r.stream_index), {"rounds": 0, "tokens": 0, "decode": 0.0, "update": 0.0,
+                                                    "verify": 0.0, "draft": 0.0})
         row["rounds"] += 1
         row["tokens"] += int(r.tokens_per_round)
         row["decode"] += float(r.draft_time) + float(r.verify_time)
+        row["verify"] += float(r.verify_time)
+        row["draft"] += float(r.draft_time)
         row["update"] += float(r.update_time)
     return rows
 
@@ -86,6 +94,24 @@ def compare(a: dict[int, dict], b: dict[int, dict], domains: list[str]) -> dict:
         logs = [math.log((b[i]["tokens"] / cost(b[i])) / (a[i]["tokens"] / cost(a[i]))) for i in shared]
         out[f"tokens_per_s_{name}"] = _ratio_interval(logs)
     return out
+
+
+def cost_model_check(frozen: dict[int, dict], online: dict[int, dict]) -> dict:
+    """`specloop.theory.online_cost.serial_speedup` from the frozen run's verify and
+    draft seconds a round, the online run's update seconds a round and its pooled tau
+    gain, beside the pooled serial tokens/s ratio the replay priced."""
+    from specloop.theory.online_cost import serial_speedup
+    total = (lambda rows, key: sum(r[key] for r in rows.values()))
+    v = total(frozen, "verify") / total(frozen, "rounds")
+    d = total(frozen, "draft") / total(frozen, "rounds")
+    u = total(online, "update") / total(online, "rounds")
+    gain = (total(online, "tokens") / total(online, "rounds")) / (total(frozen, "tokens") / total(frozen, "rounds")) - 1
+    measured = (total(online, "tokens") / (total(online, "decode") + total(online, "update"))) / \
+        (total(frozen, "tokens") / total(frozen, "decode"))
+    return {"verify_seconds_per_round": v, "draft_seconds_per_round": d,
+            "online_draft_seconds_per_round": total(online, "draft") / total(online, "rounds"),
+            "update_seconds_per_round": u, "gain": gain, "predicted_serial": serial_speedup(v, d, u, gain),
+            "measured_serial": measured}
 
 
 def method_row(rows: dict[int, dict], domains: list[str], baseline_tps: float) -> dict:
@@ -142,7 +168,9 @@ def main(argv=None) -> int:
               "methods": {role: {"method": names[role], **method_row(rows[role], domains, baseline_tps)}
                           for role in names},
               "baseline_tokens_per_s": baseline_tps,
-              "comparisons": {k: compare(rows[a], rows[b], domains) for k, (a, b) in pairs.items()}}
+              "comparisons": {k: compare(rows[a], rows[b], domains) for k, (a, b) in pairs.items()},
+              "cost_model": {k: cost_model_check(rows[a], rows[b]) for k, (a, b) in pairs.items()
+                             if k in ("online vs frozen", "online+suffix vs frozen+suffix")}}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float) + "\n", encoding="utf-8")
     for role, row in result["methods"].items():
@@ -152,6 +180,8 @@ def main(argv=None) -> int:
         g = c["tau"]
         print(f"{name:>32}: tau {g['gain']:+.1%} [{g['gain_ci'][0]:+.1%}, {g['gain_ci'][1]:+.1%}]  "
               f"tokens/s bg {c['tokens_per_s_background']['ratio']:.3f}  serial {c['tokens_per_s_serial']['ratio']:.3f}")
+    for name, c in result["cost_model"].items():
+        print(f"{name:>32}: serial predicted {c['predicted_serial']:.3f}, priced {c['measured_serial']:.3f}")
     return 0
 
 

@@ -39,3 +39,17 @@ def test_comparison_is_paired_per_prompt():
     noisy = compare(frozen, _rows([1.2, 1.9, 1.7, 1.1]), ["code"] * 4)
     low, high = noisy["tokens_per_s_background"]["ratio_ci"]
     assert low < noisy["tokens_per_s_background"]["ratio"] < high and not math.isnan(low)
+
+
+def test_cost_model_check_reproduces_the_priced_serial_ratio():
+    """With the online draft drafting as fast as the frozen one, the model's serial
+    speedup is the replay's priced ratio exactly (the same arithmetic on the same seconds)."""
+    from benchmarks.replay_fourway import cost_model_check
+    frozen = {i: {"rounds": 40, "tokens": 60, "verify": 4.0, "draft": 1.0, "decode": 5.0, "update": 0.0}
+              for i in range(3)}
+    online = {i: {"rounds": 40, "tokens": 66, "verify": 4.0, "draft": 1.0, "decode": 5.0, "update": 2.5}
+              for i in range(3)}
+    check = cost_model_check(frozen, online)
+    assert check["gain"] == pytest.approx(0.10)
+    assert check["predicted_serial"] == pytest.approx(1.10 * 5.0 / 7.5)
+    assert check["measured_serial"] == pytest.approx(check["predicted_serial"])
