@@ -5,9 +5,10 @@ imports nothing from the registry, so the two form no import circle).
 Names: ``eagle``, ``eagle3`` (trained EAGLE / EAGLE-3 heads, trained first if none
 is saved; option ``dtype`` = the head's drafting dtype, default float32),
 ``hybrid`` (prompt lookup or, ``lookup="suffix"``, the suffix tree, else the EAGLE
-head; option ``head`` = eagle3, hydra or medusa for another head), ``medusa``, ``hydra`` and ``small-lm`` (the distilled small LM, which
-replaces the registry's built-in separate-model entry and delegates to it when a
-``model`` option names a model; `specloop.realmodels.registry.head_factories`).
+head; option ``head`` = eagle3, hydra or medusa for another head), ``medusa``,
+``hydra`` and ``small-lm`` (the distilled small LM, which replaces the registry's
+built-in separate-model entry and delegates to it when a ``model`` option names a
+model; `specloop.realmodels.registry.head_factories`).
 Each name's options are a dataclass (`HeadOptions`, `HybridOptions`,
 `DistilledSmallLMOptions`); a factory refuses an option its dataclass does not declare.
 """
