@@ -9,11 +9,23 @@ AvgLen = steps committed per LR round (accepted draft steps + the target's step;
 the target row's (chunk-end draft updates excluded; with them: ``speedup_with_training``).
 LR is lossy: accuracy sits next to every speed number.
 
+Quality and speed: ``--batch-prompts B`` serves B prompts of a chunk in lockstep
+(`specloop.realmodels.reasoning.lockstep`) for accepted steps, AvgLen and accuracy,
+and ``--timed N`` prompts spread over the stream are served again alone: tokens/s,
+speedups (paired per prompt against the Target row, 95 % interval) and the phase
+seconds come from those batch-1 runs only.
+
+Verdicts (`verdicts`, each with its effect, interval and n; *undecided* where the
+interval says so): Online-LR > LR > OSD-LR in AvgLen (paired per-prompt AvgLen
+ratios) and in speed (paired per-prompt tokens/s ratios on the timed prompts); LR >=
+1.2x the Target; LR's and Online-LR's accuracy within 3 points of the Target's
+(paired per-prompt difference in points).
+
 Small check (about 10 CPU minutes with the default models):
     python benchmarks/reasoning.py --prompts 6 --max-new-tokens 96 --json --out results/reasoning_small.json
 Full run (the stated size: >= 100 prompts, >= 50 per task with accuracy; many CPU hours here):
-    python benchmarks/reasoning.py --tasks arith,humaneval --prompts 100 --max-new-tokens 512 \\
-        --json --out results/reasoning.json
+    python benchmarks/reasoning.py --tasks arith,gsm8k --prompts 100 --max-new-tokens 512 \\
+        --batch-prompts 4 --timed 20 --json --out results/reason/table2.json
 Resumable: the per-method records live in ``--work`` (default next to ``--out``).
 """
 from __future__ import annotations
@@ -32,7 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from specloop.cli.reason_cmd import _clean, build_stream  # noqa: E402
+from specloop.cli.reason_cmd import _clean, build_stream, timed_indices  # noqa: E402
+from specloop.report.machine import machine_info  # noqa: E402
 from specloop.realmodels.loading import load_model  # noqa: E402
 from specloop.realmodels.reasoning.expansion import CommittedCache, expand_steps  # noqa: E402
 from specloop.realmodels.reasoning.judge import (ExactMatchJudge, HiddenStateJudge, judge_agreement,  # noqa: E402
@@ -40,6 +53,7 @@ from specloop.realmodels.reasoning.judge import (ExactMatchJudge, HiddenStateJud
 from specloop.realmodels.reasoning.runner import (METHODS, ReasonConfig, ReasonRunner, add_speedups,  # noqa: E402
                                                   read_records)
 from specloop.realmodels.reasoning.steps import DELIMITERS, StepRule  # noqa: E402
+from specloop.stats import decide, difference_estimate, ratio_estimate  # noqa: E402
 
 
 class _Recorded:
@@ -56,8 +70,10 @@ class _Recorded:
 
 
 def judge_agreements(work: Path, target, threshold: float) -> dict:
-    """Agreement of the exact-match and hidden-state judges with the model judge on
-    every pair the LR run judged."""
+    """Agreement and precision of the exact-match and hidden-state judges against the
+    model judge (the target) on every pair the LR run judged, and each judge's cost in
+    seconds a pair (the model judge's from the batch-1 LR rows' judge seconds, the
+    others timed here over all pairs)."""
     pairs, scores = [], []
     for record in read_records(work / "lr" / "records.jsonl"):
         pairs.extend(tuple(p) for p in record["judged"])
@@ -65,9 +81,64 @@ def judge_agreements(work: Path, target, threshold: float) -> dict:
     if not pairs:
         return {"pairs": 0}
     reference = _Recorded(pairs, scores, threshold)
-    return {"pairs": len(pairs), "model_accept_rate": sum(reference.verdicts(pairs)) / len(pairs),
-            "exact": judge_agreement(ExactMatchJudge(), reference, pairs),
-            "hidden": judge_agreement(HiddenStateJudge(target), reference, pairs)}
+    timed = [r for r in read_records(work / "lr" / "records.jsonl") if r.get("batch", 1) == 1]
+    timed = [{"judge": r["timing"]["judge"], "pairs": len(r["judged"])} for r in timed] + \
+        [{"judge": t["timing"]["judge"], "pairs": t.get("judged_pairs", 0)}
+         for t in read_records(work / "lr" / "timing.jsonl")]
+    judged = sum(t["pairs"] for t in timed)
+    out = {"pairs": len(pairs), "model_accept_rate": sum(reference.verdicts(pairs)) / len(pairs),
+           "model": {"seconds_per_pair": sum(t["judge"] for t in timed) / judged if judged else None,
+                     "timed_pairs": judged}}
+    for name, judge in (("exact", ExactMatchJudge()), ("hidden", HiddenStateJudge(target))):
+        start = time.perf_counter()
+        out[name] = judge_agreement(judge, reference, pairs)
+        out[name]["seconds_per_pair"] = (time.perf_counter() - start) / len(pairs)
+    return out
+
+
+def _per_prompt(work: Path, method: str) -> dict:
+    """{index: (AvgLen, correct or None)} over a method's records, and {index: tokens/s}
+    over its batch-1 rows."""
+    records = read_records(work / method / "records.jsonl")
+    quality = {r["index"]: (sum(r["committed_per_round"]) / r["rounds"] if r["rounds"] else None, r["correct"])
+               for r in records}
+    timed = [r for r in records if r.get("batch", 1) == 1] + read_records(work / method / "timing.jsonl")
+    speed = {r["index"]: r["target_tokens"] / r["timing"]["seconds"] for r in timed if r["timing"]["seconds"] > 0}
+    return {"quality": quality, "speed": speed}
+
+
+def _ratio_claim(statement, mine: dict, ref: dict, claimed_size=None) -> dict:
+    keys = sorted(k for k in set(mine) & set(ref) if mine[k] and ref[k])
+    if len(keys) < 2:
+        return {"statement": statement, "verdict": "undecided", "n": len(keys), "effect": None, "interval": None}
+    est = ratio_estimate([mine[k] / ref[k] for k in keys], statement)
+    return {"statement": statement, "effect": est.effect, "interval": list(est.interval), "n": est.n,
+            "verdict": decide(est.effect, est.interval, est.n, "greater", claimed_size=claimed_size, null=1.0)}
+
+
+def verdicts(work: Path, methods: list[str]) -> list[dict]:
+    """The paper's Table 2 claims (module docstring), each decided by its interval."""
+    data = {m: _per_prompt(work, m) for m in methods}
+    avglen = {m: {k: v[0] for k, v in d["quality"].items()} for m, d in data.items()}
+    out = []
+    for better, worse in (("online-lr", "lr"), ("lr", "osd-lr")):
+        if better in data and worse in data:
+            out.append(_ratio_claim(f"{better} > {worse} in AvgLen", avglen[better], avglen[worse]))
+            out.append(_ratio_claim(f"{better} > {worse} in tokens/s", data[better]["speed"], data[worse]["speed"]))
+    if "lr" in data and "target" in data:
+        out.append(_ratio_claim("lr >= 1.2x the target", data["lr"]["speed"], data["target"]["speed"], 1.2))
+    for method in ("lr", "online-lr"):
+        if method in data and "target" in data:
+            mine, ref = data[method]["quality"], data["target"]["quality"]
+            keys = [k for k in sorted(set(mine) & set(ref)) if mine[k][1] is not None and ref[k][1] is not None]
+            statement = f"{method} accuracy within 3 points of the target"
+            if len(keys) < 2:
+                out.append({"statement": statement, "verdict": "undecided", "n": len(keys)})
+                continue
+            est = difference_estimate([100.0 * (mine[k][1] - ref[k][1]) for k in keys], statement)
+            out.append({"statement": statement, "effect": est.effect, "interval": list(est.interval), "n": est.n,
+                        "verdict": decide(est.effect, est.interval, est.n, "greater", claimed_size=-3.0)})
+    return out
 
 
 def _median_seconds(fn, repeats: int) -> float:
@@ -111,14 +182,18 @@ def batch_cost(target, gamma: int, context: int = 256, repeats: int = 5) -> dict
 
 def _cell(block: dict) -> dict:
     return {"avg_len": block.get("avg_accepted_steps"), "speedup": block.get("speedup"),
-            "accuracy": block.get("accuracy"), "tokens_per_s": block.get("tokens_per_s"),
-            "prompts": block.get("prompts")}
+            "accuracy": block.get("accuracy"), "accuracy_ci": block.get("accuracy_ci"),
+            "finished": block.get("finished"), "tokens_per_s": block.get("tokens_per_s"),
+            "prompts": block.get("prompts"), "timed_prompts": block.get("timed_prompts")}
 
 
 def table(summaries: dict) -> list[dict]:
     rows = []
     for method, s in summaries.items():
         rows.append({"method": s["label"], "overall": _cell(s),
+                     "speedup_paired": s.get("speedup_paired"), "speedup_paired_ci": s.get("speedup_paired_ci"),
+                     "speedup_paired_n": s.get("speedup_paired_n"), "update_seconds": s.get("update_seconds"),
+                     "lockstep_mismatches": s.get("lockstep_mismatches"),
                      "tasks": {t: _cell(b) for t, b in s["tasks"].items()},
                      "speedup_with_training": (s["tokens_per_s_with_training"] / summaries["target"]["tokens_per_s"]
                                                if "target" in summaries else math.nan),
@@ -145,7 +220,9 @@ def print_table(rows, tasks, file=sys.stderr) -> None:
 
 
 def _phases(work: Path, method: str) -> dict:
-    records = read_records(work / method / "records.jsonl")
+    """Seconds per phase summed over the method's batch-1 rows (lockstep timings are shared)."""
+    records = [r for r in read_records(work / method / "records.jsonl") if r.get("batch", 1) == 1]
+    records += read_records(work / method / "timing.jsonl")
     return {k: sum(r["timing"][k] for r in records) for k in ("draft", "target", "judge")}
 
 
@@ -156,6 +233,11 @@ def main(argv=None) -> int:
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--tasks", default="arith,humaneval")
     parser.add_argument("--prompts", type=int, default=6)
+    parser.add_argument("--split", choices=["heldout", "tuning"], default="heldout")
+    parser.add_argument("--batch-prompts", type=int, default=1, help="prompts of a chunk served in lockstep")
+    parser.add_argument("--timed", type=int, default=20, help="prompts served alone for timing (lockstep runs)")
+    parser.add_argument("--budget-minutes", type=float, default=None,
+                        help="stop at a lockstep-group boundary after this many minutes (exit 3; rerun to go on)")
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=96)
@@ -166,6 +248,7 @@ def main(argv=None) -> int:
     parser.add_argument("--token-spec", action="store_true")
     parser.add_argument("--judge-kind", choices=["model", "exact", "hidden"], default="model")
     parser.add_argument("--lr", type=float, default=5e-7)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--skip-cost", action="store_true")
     parser.add_argument("--work", default=None, help="results folder of the runs (default <out>.runs)")
     parser.add_argument("--json", action="store_true")
@@ -174,26 +257,36 @@ def main(argv=None) -> int:
     out = Path(args.out)
     work = Path(args.work) if args.work else out.with_suffix(".runs")
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    items = build_stream(args.tasks, args.prompts)
+    items = build_stream(args.tasks, args.prompts, split=args.split)
+    timing = timed_indices(len(items), args.timed) if args.batch_prompts > 1 else None
     config = ReasonConfig(chunk=args.chunk, num_draft_steps=args.gamma, max_new_tokens=args.max_new_tokens,
                           max_step_tokens=args.max_step_tokens, step_delimiter=args.step_delimiter,
                           repetition_penalty=args.repetition_penalty,
-                          token_spec=args.token_spec, lr=args.lr)
+                          token_spec=args.token_spec, lr=args.lr, epochs=args.epochs)
     start = time.perf_counter()
     target, draft = load_model(args.target), load_model(args.draft)
     judge = make_judge(args.judge_kind, target)
     runner = ReasonRunner(target, draft, items, work, config, judge=judge)
     summaries = {}
+    deadline = None if args.budget_minutes is None else time.time() + 60 * args.budget_minutes
     for method in methods:
         print(f"[reasoning] {method} ...", file=sys.stderr, flush=True)
-        summaries[method] = runner.run_method(method)
+        summaries[method] = runner.run_method(method, batch_prompts=args.batch_prompts, timing_prompts=timing,
+                                              deadline=deadline)
         summaries[method]["phase_seconds"] = _phases(work, method)
+        if summaries[method]["prompts"] < len(items):
+            print(f"[reasoning] budget spent: {method} at {summaries[method]['prompts']} of {len(items)} prompts; "
+                  "rerun the same command to continue", file=sys.stderr)
+            return 3
     add_speedups(summaries)
     result = {"config": {**config.__dict__, "target": args.target, "draft": args.draft, "tasks": args.tasks,
-                         "prompts": len(items), "judge": f"{args.judge_kind} ({args.target})"},
+                         "split": args.split, "prompts": len(items), "judge": f"{args.judge_kind} ({args.target})",
+                         "batch_prompts": args.batch_prompts, "timed": timing if timing is not None else "all",
+                         "machine": machine_info()},
               "table": table(summaries),
               "judge_agreement": (judge_agreements(work, target, judge.threshold)
                                   if "lr" in summaries and args.judge_kind == "model" else None),
+              "verdicts": verdicts(work, methods),
               "batch_cost": None if args.skip_cost else batch_cost(target, args.gamma),
               "summaries": summaries, "wall_seconds": time.perf_counter() - start}
     print_table(result["table"], sorted({i.task for i in items}))

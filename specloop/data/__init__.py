@@ -9,4 +9,5 @@ Modules:
 * `streams`  -- prompt streams for online draft adaptation (domain-shift and
   interleaved orders).
 * `arith`    -- a seeded stream of GSM8K-like arithmetic word problems with exact answers.
+* `gsm8k`    -- GSM8K test questions with their answers, from the GSM-Symbolic templates package.
 """

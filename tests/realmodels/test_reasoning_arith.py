@@ -86,6 +86,6 @@ def test_task_items_and_scores():
     mixed = interleave([arith, human, mt])
     assert [i.task for i in mixed[:3]] == ["arith", "humaneval", "mt-bench"] and len(mixed) == 7
     with pytest.raises(ValueError, match="unknown task"):
-        load_task_items("gsm8k", 1)
+        load_task_items("gsm-hard", 1)
     with pytest.raises(ValueError, match="has"):
         load_task_items("mt-bench", 1000)

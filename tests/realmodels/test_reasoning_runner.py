@@ -88,7 +88,9 @@ def test_summaries_speedups_and_refusals(models, tmp_path):
 
 
 @pytest.mark.parametrize("argv", [["--prompts", "0"], ["--tasks", "gsm9k"], ["--method", "lr,x"],
-                                  ["--gamma", "0"], ["--lr", "-1"], ["--step-delimiter", "tab"]])
+                                  ["--gamma", "0"], ["--lr", "-1"], ["--step-delimiter", "tab"],
+                                  ["--batch-prompts", "0"], ["--timed", "1", "--batch-prompts", "2"],
+                                  ["--token-spec", "--batch-prompts", "2"]])
 def test_cli_bad_input_exits_2(argv, capsys):
     from specloop.cli import main
     assert main(["reason", *argv]) == 2

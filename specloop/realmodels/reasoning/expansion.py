@@ -11,6 +11,11 @@ hides the pads and per-row position ids that count real tokens only, so every ro
 computes what the same prefix computes alone (tested in float32 greedy). Rows that
 finish (step delimiter, token cap, EOS) leave the batch.
 
+`expand_steps_many` does the same for the prefixes of *several* committed contexts
+(several prompts served in lockstep): each context's batch-1 cache is left padded to
+the longest one and stacked, the pads hidden by the mask, positions counting each
+row's real tokens, so a row computes what its prompt computes alone.
+
 Decoding is greedy with an optional HF-style repetition penalty (OnlineSpec App.
 B.10 uses 1.2): a logit s of a token already in the row (prefix or generated) becomes
 s / r if s > 0 else s * r.
@@ -25,8 +30,8 @@ import torch
 from specloop.realmodels.kvcache import _cache_kwarg, cache_length, causal_forward, new_cache
 from specloop.realmodels.reasoning.steps import StepRule
 
-__all__ = ["StepOutput", "CommittedCache", "expand_steps", "padded_forward", "common_prefix_length",
-           "last_logits_after"]
+__all__ = ["StepOutput", "CommittedCache", "expand_steps", "expand_steps_many", "padded_forward",
+           "common_prefix_length", "last_logits_after"]
 
 
 @dataclass(frozen=True)
@@ -186,6 +191,102 @@ def expand_steps(model, tokenizer, prefixes: list[list[int]], rule: StepRule, *,
     logits = _forward(model, cache, input_ids, visible, positions).logits[:, -1].float()
     return _decode_loop(model, tokenizer, cache, logits, valid, positions[:, -1], prefixes, rule, cap,
                         eos_ids, float(repetition_penalty))
+
+
+def expand_steps_many(model, tokenizer, groups: list[tuple[CommittedCache, list[list[int]], list[int]]],
+                      rule: StepRule, *, eos_ids: set[int], repetition_penalty: float = 1.0) -> list[list[StepOutput]]:
+    """`expand_steps` for the prefixes of several committed contexts in one batch.
+
+    Args:
+        model, tokenizer, rule, eos_ids, repetition_penalty: as `expand_steps`.
+        groups: G >= 1 triples (base, prefixes, caps): a `CommittedCache` of this
+            model (never modified), its prefixes (each strictly longer than the
+            base's ids and starting with them) and one token cap per prefix (>= 1).
+            A single group is exactly ``expand_steps(..., base=base, max_tokens=caps)``.
+
+    Returns:
+        per group, its `StepOutput` list in prefix order.
+
+    Raises:
+        ValueError: no groups, a group without prefixes, caps of the wrong length or
+            < 1, a base that is not a strict head of its prefixes, repetition_penalty < 1.
+    """
+    if not groups or any(not prefixes for _, prefixes, _ in groups):
+        raise ValueError("expand_steps_many needs >= 1 group, each with >= 1 prefix")
+    if len(groups) == 1:
+        base, prefixes, caps = groups[0]
+        return [expand_steps(model, tokenizer, prefixes, rule, eos_ids=eos_ids, base=base,
+                             repetition_penalty=repetition_penalty, max_tokens=list(caps))]
+    if repetition_penalty < 1.0:
+        raise ValueError(f"repetition_penalty must be >= 1.0, got {repetition_penalty}")
+    rows, heads, caps, owners = [], [], [], []
+    for g, (base, prefixes, limits) in enumerate(groups):
+        if len(limits) != len(prefixes) or any(int(m) < 1 for m in limits):
+            raise ValueError(f"group {g}: one cap >= 1 per prefix is needed, got {limits}")
+        for prefix, limit in zip(prefixes, limits):
+            prefix = list(map(int, prefix))
+            if len(prefix) <= base.cached or prefix[:len(base.ids)] != base.ids:
+                raise ValueError(f"group {g}: the committed cache is not a strict head of every prefix")
+            rows.append(prefix)
+            heads.append(base.cached)
+            caps.append(min(rule.max_step_tokens, int(limit)))
+            owners.append(g)
+    cache, valid_head = _stacked_cache([groups[g][0].cache for g in owners], heads)
+    input_ids, valid, visible, positions = _ragged_tail_inputs([r[h:] for r, h in zip(rows, heads)], heads,
+                                                               valid_head, rows[0][-1])
+    logits = _forward(model, cache, input_ids, visible, positions).logits[:, -1].float()
+    flat = _decode_loop(model, tokenizer, cache, logits, valid, positions[:, -1], rows, rule, caps, eos_ids,
+                        float(repetition_penalty))
+    out: list[list[StepOutput]] = [[] for _ in groups]
+    for g, step in zip(owners, flat):
+        out[g].append(step)
+    return out
+
+
+def _stacked_cache(caches: list, heads: list[int]):
+    """One ``DynamicCache`` of N rows from N batch-1 caches of lengths ``heads``, each
+    left padded with zeros to the longest; returns (cache, validity bool (N, H))."""
+    from transformers import DynamicCache
+    width = max(heads)
+    stacked = DynamicCache()
+    valid = torch.zeros((len(caches), width), dtype=torch.bool)
+    for row, head in enumerate(heads):
+        valid[row, width - head:] = True
+    if width == 0:
+        return stacked, valid
+    for layer in range(len(caches[0].layers)):
+        first = caches[0].layers[layer].keys
+        shape = (len(caches), first.shape[1], width, first.shape[3])
+        keys = first.new_zeros(shape)
+        values = caches[0].layers[layer].values.new_zeros(shape)
+        for row, (cache, head) in enumerate(zip(caches, heads)):
+            if head:
+                keys[row, :, width - head:] = cache.layers[layer].keys[0]
+                values[row, :, width - head:] = cache.layers[layer].values[0]
+        stacked.update(keys, values, layer)
+    return stacked, valid
+
+
+def _ragged_tail_inputs(tails: list[list[int]], heads: list[int], valid_head: torch.Tensor, pad_id: int):
+    """`_tail_inputs` over a stacked cache whose rows hold ``heads`` real tokens
+    (``valid_head`` (N, H)): input (N, S), key validity (N, H + S), prefill
+    visibility (N, S, H + S), positions (N, S) counting each row's real tokens."""
+    width = max(len(t) for t in tails)
+    batch, head = len(tails), valid_head.shape[1]
+    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    valid = torch.cat([valid_head, torch.ones((batch, width), dtype=torch.bool)], dim=1)
+    positions = torch.zeros((batch, width), dtype=torch.long)
+    for b, tail in enumerate(tails):
+        pad = width - len(tail)
+        input_ids[b, pad:] = torch.tensor(tail, dtype=torch.long)
+        valid[b, head: head + pad] = False
+        positions[b, :] = heads[b]
+        positions[b, pad:] = heads[b] + torch.arange(len(tail))
+    causal = torch.ones((width, width), dtype=torch.bool).tril()
+    visible = valid[:, None, :].repeat(1, width, 1)
+    visible[:, :, head:] &= causal
+    visible[:, torch.arange(width), head + torch.arange(width)] = True   # pad rows see themselves (no NaN)
+    return input_ids, valid, visible, positions
 
 
 def _decode_loop(model, tokenizer, cache, logits, valid, last_pos, prefixes, rule, cap, eos_ids, penalty):

@@ -32,11 +32,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from specloop.realmodels.reasoning.expansion import CommittedCache, StepOutput, expand_steps
+from specloop.realmodels.reasoning.expansion import CommittedCache, StepOutput
+from specloop.realmodels.reasoning.lockstep import ExpandRequest, JudgeRequest, run_one
 from specloop.realmodels.reasoning.steps import REASONING, StepRule
 
 __all__ = ["Participant", "LookaheadConfig", "FeedbackPair", "StepRound", "ReasoningResult",
-           "lookahead_generate", "generate_alone"]
+           "lookahead_generate", "lookahead_process", "generate_alone", "alone_process"]
 
 
 @dataclass
@@ -166,11 +167,11 @@ class _Side:
 
 
 def _steps_alone(side: _Side, config: LookaheadConfig, count: int, budget_left: int,
-                 counter: Participant) -> tuple[list[StepOutput], list[list[int]]]:
+                 counter: Participant):
     """Up to ``count`` greedy steps of one model, one after the other, from its cache,
     each capped at the budget left (``budget_left`` target tokens, the steps before
-    it counted in ``counter``'s tokens). Returns (steps, their ids in ``counter``'s
-    tokens)."""
+    it counted in ``counter``'s tokens). A generator (`lockstep`) returning (steps,
+    their ids in ``counter``'s tokens)."""
     out: list[StepOutput] = []
     counted: list[list[int]] = []
     for _ in range(count):
@@ -178,9 +179,7 @@ def _steps_alone(side: _Side, config: LookaheadConfig, count: int, budget_left: 
         left = budget_left - sum(len(c) for c in counted)
         if left < 1:
             break
-        step = expand_steps(side.who.model, side.who.tokenizer, [side.ids + tail], config.rule,
-                            eos_ids=side.who.eos_ids, base=side.cache,
-                            repetition_penalty=config.repetition_penalty, max_tokens=left)[0]
+        step = (yield _expand_request(side, [side.ids + tail], [left], config))[0]
         out.append(step)
         counted.append(list(step.ids) if counter is side.who else counter.encode(step.text))
         if step.eos:
@@ -188,12 +187,19 @@ def _steps_alone(side: _Side, config: LookaheadConfig, count: int, budget_left: 
     return out, counted
 
 
+def _expand_request(side: _Side, prefixes, caps, config: LookaheadConfig) -> ExpandRequest:
+    who = side.who
+    return ExpandRequest(who.model, who.tokenizer, frozenset(who.eos_ids), side.cache,
+                         tuple(tuple(p) for p in prefixes), tuple(int(c) for c in caps), config.rule,
+                         float(config.repetition_penalty))
+
+
 def _target_expand(side: _Side, prefixes, config: LookaheadConfig, caps: list[int]):
-    """Target steps after each prefix, each at most its cap: (outputs, spec tokens,
-    spec rounds)."""
+    """Target steps after each prefix, each at most its cap. A generator returning
+    (outputs, spec tokens, spec rounds); with ``token_spec`` the steps are decoded
+    here, batch 1 per prefix, without a request."""
     if not config.token_spec:
-        return expand_steps(side.who.model, side.who.tokenizer, prefixes, config.rule, eos_ids=side.who.eos_ids,
-                            base=side.cache, repetition_penalty=config.repetition_penalty, max_tokens=caps), 0, 0
+        return (yield _expand_request(side, prefixes, caps, config)), 0, 0
     outputs, tokens, rounds = [], 0, 0
     for prefix, cap in zip(prefixes, caps):
         step, n_tok, n_round = _spec_step(side.who, prefix, config, cap)
@@ -253,31 +259,39 @@ class _Budget:
 
 def lookahead_generate(target: Participant, draft: Participant, judge, config: LookaheadConfig, *,
                        max_steps: int = 10_000) -> ReasoningResult:
-    """LR decoding of one prompt (module docstring).
+    """LR decoding of one prompt (module docstring), batch 1.
 
     Args:
         target, draft: `Participant` (their own prompt ids of the same prompt text).
-        judge: object with ``scores(pairs)`` / ``verdicts(pairs)`` (`judge`).
+        judge: object with ``scores(pairs)`` / ``threshold`` (`judge`).
         config: `LookaheadConfig`.
         max_steps: cap on committed steps.
 
     Returns:
         `ReasoningResult` (feedback pairs included).
     """
+    return run_one(lookahead_process(target, draft, judge, config, max_steps=max_steps), judge)
+
+
+def lookahead_process(target: Participant, draft: Participant, judge, config: LookaheadConfig, *,
+                      max_steps: int = 10_000):
+    """`lookahead_generate` as a `lockstep` generation: yields its expansions and
+    judgements, returns the `ReasoningResult`; drive it with `lockstep.run_one` (batch 1)
+    or with others in `lockstep.run_many` (``judge`` gives only the threshold here)."""
     t_side, d_side = _Side(target), _Side(draft)
     budget = _Budget(config, max_steps)
     rounds, feedback, judged = [], [], []
     while budget.stop is None:
         start = time.perf_counter()
         left = config.max_new_tokens - budget.tokens
-        proposals, retok = _steps_alone(d_side, config, config.num_draft_steps, left, target)
+        proposals, retok = yield from _steps_alone(d_side, config, config.num_draft_steps, left, target)
         mid = time.perf_counter()
         prefixes = [t_side.ids + [t for r in retok[:i] for t in r] for i in range(len(proposals))]
         caps = [left - sum(len(r) for r in retok[:i]) for i in range(len(proposals))]
-        expansions, spec_tokens, spec_rounds = _target_expand(t_side, prefixes, config, caps)
+        expansions, spec_tokens, spec_rounds = yield from _target_expand(t_side, prefixes, config, caps)
         after = time.perf_counter()
         pairs = [(p.text, e.text) for p, e in zip(proposals, expansions)]
-        scores = _judge_leading(judge, pairs)
+        scores = yield from _judge_leading(judge, pairs)
         accepted = 0
         while accepted < len(scores) and scores[accepted] >= judge.threshold:
             accepted += 1
@@ -296,16 +310,19 @@ def lookahead_generate(target: Participant, draft: Participant, judge, config: L
                            budget.stop, feedback, judged)
 
 
-def _judge_leading(judge, pairs) -> list[float]:
+def _judge_leading(judge, pairs):
     """Scores of the pairs in order up to and including the first rejected one (only
     the leading matches count, so later pairs need no judging). A judge with
     ``batch_all = True`` scores every pair in one call instead (one batched forward
-    where that is cheaper than the saved ones, e.g. on a GPU)."""
+    where that is cheaper than the saved ones, e.g. on a GPU). A generator (`lockstep`)
+    returning the scores."""
+    if not pairs:
+        return []
     if getattr(judge, "batch_all", False):
-        return list(judge.scores(pairs))
+        return list((yield JudgeRequest(tuple(pairs))))
     scores: list[float] = []
     for pair in pairs:
-        scores.append(float(judge.scores([pair])[0]))
+        scores.append(float((yield JudgeRequest((pair,)))[0]))
         if scores[-1] < judge.threshold:
             break
     return scores
@@ -344,19 +361,33 @@ def generate_alone(who: Participant, config: LookaheadConfig, *, count_with: Par
     """One model alone, step after step (the Target and Draft rows): greedy, cut at
     step ends, the budget counted in ``count_with``'s tokens (the target; default
     ``who``). For the target this is plain greedy decoding stopped at the first step
-    end at or past the budget.
+    end at or past the budget. Batch 1 (`alone_process` is the lockstep form).
 
     Returns:
         `ReasoningResult` with one `StepRound` per step (its time in
         ``target_time`` for the target, ``draft_time`` otherwise).
     """
-    counter = count_with or who
+    return run_one(alone_process(who, config, count_with=count_with, max_steps=max_steps))
+
+
+def alone_process(who: Participant, config: LookaheadConfig, *, count_with: Participant | None = None,
+                  max_steps: int = 10_000):
+    """`generate_alone` as a `lockstep` generation. A model counting its own tokens
+    (the Target row) yields ONE request, its whole greedy continuation of
+    ``max_new_tokens`` tokens (no step delimiter), and cuts it into steps afterwards
+    (`_cut_steps`): greedy decoding does not depend on where steps end, so the steps
+    equal step-by-step generation, at the cost of plain greedy decoding (one cache, no
+    copy or re-prefill per step). A model counted in another's tokens (the Draft row)
+    yields one request per step, since its budget depends on the re-tokenised text."""
+    if count_with is None or count_with is who:
+        return (yield from _whole_alone(who, config, max_steps))
+    counter = count_with
     side = _Side(who)
     budget = _Budget(config, max_steps)
     rounds = []
     while budget.stop is None:
         start = time.perf_counter()
-        step = _steps_alone(side, config, 1, config.max_new_tokens - budget.tokens, counter)[0][0]
+        step = (yield from _steps_alone(side, config, 1, config.max_new_tokens - budget.tokens, counter))[0][0]
         seconds = time.perf_counter() - start
         side.commit(list(step.ids))
         count = len(step.ids) if counter is who else len(counter.encode(step.text))
@@ -366,3 +397,45 @@ def generate_alone(who: Participant, config: LookaheadConfig, *, count_with: Par
                                 seconds if own else 0.0, 0.0))
     return ReasoningResult("".join(s for s, _ in budget.steps), budget.steps, rounds, budget.tokens,
                            budget.stop)
+
+
+#: a rule whose delimiter never occurs in text (the NUL character): whole continuations
+_NO_DELIMITER = "\x00"
+
+
+def _whole_alone(who: Participant, config: LookaheadConfig, max_steps: int):
+    """The Target row in one request (`alone_process`)."""
+    side = _Side(who)
+    start = time.perf_counter()
+    whole = StepRule(_NO_DELIMITER, int(config.max_new_tokens), "whole")
+    request = ExpandRequest(who.model, who.tokenizer, frozenset(who.eos_ids), side.cache, (tuple(side.ids),),
+                            (int(config.max_new_tokens),), whole, float(config.repetition_penalty))
+    output = (yield request)[0]
+    seconds = time.perf_counter() - start
+    budget = _Budget(config, max_steps)
+    rounds = []
+    for ids, eos in _cut_steps(who, list(output.ids), output.eos, config):
+        budget.add(who.tokenizer.decode(ids), "target", len(ids), eos)
+        share = seconds * len(ids) / max(1, len(output.ids))
+        rounds.append(StepRound(0, 0, True, [], 0.0, share, 0.0))
+        if budget.stop is not None:
+            break
+    return ReasoningResult("".join(s for s, _ in budget.steps), budget.steps, rounds, budget.tokens,
+                           budget.stop)
+
+
+def _cut_steps(who: Participant, ids: list[int], eos: bool, config: LookaheadConfig):
+    """(step ids, ends with EOS) of a greedy continuation cut as `expand_steps` cuts
+    steps: a step ends once its decoded text holds a finished step or it reaches
+    min(max_step_tokens, budget left); an EOS after the last token ends the last one
+    (an EOS at a step start gives an empty step, as step-by-step generation does)."""
+    left, current = int(config.max_new_tokens), []
+    for token in ids:
+        current.append(token)
+        cap = min(config.rule.max_step_tokens, left)
+        if config.rule.step_complete(who.tokenizer.decode(current)) or len(current) >= cap:
+            yield current, False
+            left -= len(current)
+            current = []
+    if current or eos:
+        yield current, eos

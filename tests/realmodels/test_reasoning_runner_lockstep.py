@@ -1,0 +1,96 @@
+"""The reasoning runner in lockstep: prompts of a chunk served together give the
+records of prompts served one by one (draft updates at chunk ends included), the
+timing prompts are served again alone into timing.jsonl and agree with their lockstep
+record, a killed lockstep run resumes to the same records, and speed comes from the
+batch-1 rows only, with a paired interval."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specloop.realmodels.reasoning.judge import ExactMatchJudge
+from specloop.realmodels.reasoning.runner import ReasonConfig, ReasonRunner, add_speedups, read_records
+from specloop.realmodels.reasoning.tasks import TaskItem
+from tests.realmodels.reasoning_util import target_and_draft
+
+CONFIG = ReasonConfig(chunk=3, num_draft_steps=2, max_new_tokens=12, max_step_tokens=6, lr=3e-2, epochs=2,
+                      batch_size=2)
+
+
+@pytest.fixture(scope="module")
+def models():
+    return target_and_draft()
+
+
+def _items(n=6):
+    return [TaskItem("arith", f"t{i}", f"Add {i} and {i + 2}.", str(2 * i + 2)) for i in range(n)]
+
+
+def _runner(models, out):
+    target, draft = models
+    return ReasonRunner(target, draft, _items(), out, CONFIG, judge=ExactMatchJudge(),
+                        scorer=lambda item, text: float(item.answer in text))
+
+
+def _quality(path):
+    return [{k: v for k, v in r.items() if k not in ("timing", "batch")} for r in read_records(path)]
+
+
+@pytest.mark.parametrize("method,width", [("target", 4), ("draft", 4), ("lr", 4), ("lr", 2), ("online-lr", 2)])
+def test_lockstep_records_equal_one_by_one(models, tmp_path, method, width):
+    alone = _runner(models, tmp_path / "alone").run_method(method)
+    together = _runner(models, tmp_path / "lockstep").run_method(method, batch_prompts=width, timing_prompts=[1, 4])
+    folder = tmp_path / "lockstep" / method
+    assert _quality(folder / "records.jsonl") == _quality(tmp_path / "alone" / method / "records.jsonl")
+    # groups never cross a chunk end (updates happen there): 3 + 3 prompts, at most `width` in flight
+    assert [r["batch"] for r in read_records(folder / "records.jsonl")] == [min(width, 3)] * 6
+    timing = read_records(folder / "timing.jsonl")
+    assert [t["index"] for t in timing] == [1, 4] and all(t["same_as_lockstep"] for t in timing)
+    assert together["timed_prompts"] == 2 and alone["timed_prompts"] == 6
+    assert together["lockstep_mismatches"] == 0 and together["prompts"] == 6
+    assert together["avg_accepted_steps"] == alone["avg_accepted_steps"]
+    assert set(together["per_prompt_tokens_per_s"]) == {"1", "4"}
+    if method == "online-lr":
+        assert together["per_chunk"][0]["update"]["pairs"] == alone["per_chunk"][0]["update"]["pairs"] > 0
+
+
+def test_killed_lockstep_run_resumes(models, tmp_path):
+    full = _runner(models, tmp_path / "full").run_method("online-lr", batch_prompts=3, timing_prompts=[0, 5])
+    part = _runner(models, tmp_path / "part").run_method("online-lr", batch_prompts=3, timing_prompts=[0, 5],
+                                                          stop_after=4)
+    assert part["prompts"] == 4      # a group cut at the stop: 3, then 1
+    resumed = _runner(models, tmp_path / "part").run_method("online-lr", batch_prompts=3, timing_prompts=[0, 5])
+    assert _quality(tmp_path / "part" / "online-lr" / "records.jsonl") == \
+        _quality(tmp_path / "full" / "online-lr" / "records.jsonl")
+    assert [t["index"] for t in read_records(tmp_path / "part" / "online-lr" / "timing.jsonl")] == [0, 5]
+    assert resumed["avg_accepted_steps"] == full["avg_accepted_steps"]
+
+
+def test_paired_speedup_and_quality_fields(models, tmp_path):
+    runner = _runner(models, tmp_path)
+    summaries = {m: runner.run_method(m, batch_prompts=3, timing_prompts=[0, 2, 4]) for m in ("target", "lr")}
+    add_speedups(summaries)
+    lr = summaries["lr"]
+    assert lr["speedup_paired_n"] == 3 and lr["speedup_paired_ci"][0] <= lr["speedup_paired"] <= \
+        lr["speedup_paired_ci"][1]
+    assert summaries["target"]["speedup_paired"] == pytest.approx(1.0)
+    low, high = lr["accuracy_ci"]
+    assert 0.0 <= low <= lr["accuracy"] <= high <= 100.0
+    assert 0 <= lr["finished"] <= 6 and math.isfinite(lr["tokens_per_s"])
+    with pytest.raises(ValueError, match="batch_prompts"):
+        runner.run_method("lr", batch_prompts=0)
+
+
+def test_timed_indices_spread_over_the_stream():
+    from specloop.cli.reason_cmd import timed_indices
+    assert timed_indices(100, 20) == list(range(0, 100, 5))
+    assert timed_indices(6, 20) == list(range(6)) and timed_indices(7, 3) == [0, 2, 4]
+
+
+def test_a_spent_deadline_stops_before_the_next_group_and_resumes(models, tmp_path):
+    import time
+    stopped = _runner(models, tmp_path).run_method("lr", batch_prompts=3, deadline=time.time() - 1)
+    assert stopped["prompts"] == 0
+    done = _runner(models, tmp_path).run_method("lr", batch_prompts=3)
+    assert done["prompts"] == 6

@@ -1,0 +1,60 @@
+"""benchmarks/reasoning: the Table 2 verdicts on hand-written records (known paired
+ratios and differences), each with its effect, interval and n."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from benchmarks.reasoning import verdicts
+
+
+def _write(folder, rows, timing=()):
+    folder.mkdir(parents=True)
+    (folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timing))
+
+
+def _rows(avglen, correct, batch=4):
+    """One record per prompt: 4 rounds committing 4 * avglen steps in all."""
+    out = []
+    for i, (length, ok) in enumerate(zip(avglen, correct)):
+        per_round = [length] * 4
+        out.append({"index": i, "rounds": 4, "committed_per_round": per_round, "correct": ok, "batch": batch,
+                    "target_tokens": 100, "timing": {"seconds": 1.0}})
+    return out
+
+
+def _timing(tokens_per_s):
+    return [{"index": i, "target_tokens": 100, "timing": {"seconds": 100 / v}} for i, v in enumerate(tokens_per_s)]
+
+
+def test_verdicts_from_paired_prompts(tmp_path):
+    n = 6
+    _write(tmp_path / "target", _rows([1.0] * n, [1.0] * n), _timing([10.0] * n))
+    # LR: AvgLen 1.5x OSD-LR's on every prompt, 1.5x the target's speed, same answers
+    _write(tmp_path / "lr", _rows([1.5] * n, [1.0] * n),
+           _timing([15.0, 14.0, 16.0, 15.0, 15.5, 14.5]))
+    _write(tmp_path / "osd-lr", _rows([1.0] * n, [1.0] * n), _timing([10.0, 11.0, 9.0, 10.0, 10.5, 9.5]))
+    # Online-LR: AvgLen +/- around LR's (undecided), wrong where the target is right on 5 of 6
+    _write(tmp_path / "online-lr", _rows([1.6, 1.4, 1.55, 1.45, 1.5, 1.5], [0.0, 0.0, 0.0, 1.0, 0.0, 0.0]),
+           _timing([15.0] * n))
+    found = {v["statement"]: v for v in verdicts(tmp_path, ["target", "lr", "osd-lr", "online-lr"])}
+    assert found["lr > osd-lr in AvgLen"]["verdict"] == "holds"
+    assert found["lr > osd-lr in AvgLen"]["effect"] == pytest.approx(1.5)
+    assert found["online-lr > lr in AvgLen"]["verdict"] == "undecided"
+    assert found["lr >= 1.2x the target"]["verdict"] == "holds" and found["lr >= 1.2x the target"]["n"] == n
+    lo, hi = found["lr >= 1.2x the target"]["interval"]
+    assert lo > 1.2 and lo <= found["lr >= 1.2x the target"]["effect"] <= hi
+    assert found["lr accuracy within 3 points of the target"]["effect"] == 0.0
+    online_acc = found["online-lr accuracy within 3 points of the target"]
+    assert online_acc["effect"] == pytest.approx(-500 / 6) and online_acc["verdict"] == "does not hold"
+    assert all(math.isfinite(v["effect"]) for v in found.values() if v.get("effect") is not None)
+
+
+def test_too_few_paired_prompts_is_undecided(tmp_path):
+    _write(tmp_path / "target", _rows([1.0], [1.0]), _timing([10.0]))
+    _write(tmp_path / "lr", _rows([1.5], [1.0]), _timing([20.0]))
+    found = {v["statement"]: v for v in verdicts(tmp_path, ["target", "lr"])}
+    assert found["lr >= 1.2x the target"]["verdict"] == "undecided" and found["lr >= 1.2x the target"]["n"] == 1
