@@ -94,3 +94,18 @@ def test_a_spent_deadline_stops_before_the_next_group_and_resumes(models, tmp_pa
     assert stopped["prompts"] == 0
     done = _runner(models, tmp_path).run_method("lr", batch_prompts=3)
     assert done["prompts"] == 6
+
+
+def test_frozen_rows_resume_under_other_update_settings(models, tmp_path):
+    """Target, Draft and LR records do not depend on the draft's learning rate: a
+    sweep over it reuses them; an updating method's folder still refuses a change."""
+    import dataclasses
+    target, draft = models
+    other = dataclasses.replace(CONFIG, lr=1e-3, epochs=1)
+    first = _runner(models, tmp_path).run_method("lr", stop_after=2)
+    again = ReasonRunner(target, draft, _items(), tmp_path, other, judge=ExactMatchJudge(),
+                         scorer=lambda item, text: float(item.answer in text))
+    assert again.run_method("lr")["prompts"] == 6 and first["prompts"] == 2
+    _runner(models, tmp_path).run_method("online-lr", stop_after=1)
+    with pytest.raises(ValueError, match="other settings"):
+        again.run_method("online-lr")

@@ -81,6 +81,8 @@ def resolve_methods(text: str) -> list[str]:
     return names
 
 
+#: ReasonConfig fields that only the updating methods (osd-lr, online-lr) read
+_UPDATE_SETTINGS = ("lr", "beta", "epochs", "batch_size", "clip")
 #: ReasonConfig fields added after runs were written, with the value those runs used
 _LATER_DEFAULTS = {"step_delimiter": None}
 
@@ -168,6 +170,8 @@ class ReasonRunner:
         state = load_checkpoint(path)
         if isinstance(state.get("config"), dict):     # settings added later take their defaults
             state["config"] = {**_LATER_DEFAULTS, **state["config"]}
+        if method not in _OBJECTIVE:    # a frozen draft's records do not depend on the update settings
+            state["config"] = {**state["config"], **{k: fresh["config"][k] for k in _UPDATE_SETTINGS}}
         if any(state.get(k) != fresh[k] for k in ("method", "config", "stream_hash", "judge")):
             raise ValueError(f"{path} was written with other settings or another task stream; "
                              "use another --out folder or delete it")
