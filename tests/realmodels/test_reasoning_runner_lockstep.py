@@ -109,3 +109,24 @@ def test_frozen_rows_resume_under_other_update_settings(models, tmp_path):
     _runner(models, tmp_path).run_method("online-lr", stop_after=1)
     with pytest.raises(ValueError, match="other settings"):
         again.run_method("online-lr")
+
+
+def test_updating_run_continues_from_its_small_files_alone(models, tmp_path):
+    """An Online-LR run stopped after its first chunk's update, its folder copied
+    elsewhere (records, pairs, a few-kB state: no draft weights), continues there to
+    the records of an uninterrupted run; the replayed update matches the recorded one."""
+    import shutil
+    full = _runner(models, tmp_path / "full").run_method("online-lr", batch_prompts=2)
+    _runner(models, tmp_path / "a").run_method("online-lr", batch_prompts=2, stop_after=4)
+    folder = tmp_path / "a" / "online-lr"
+    assert (folder / "state.pt").stat().st_size < 50_000
+    shutil.copytree(folder, tmp_path / "b" / "online-lr")
+    resumed = _runner(models, tmp_path / "b").run_method("online-lr", batch_prompts=2)
+    assert _quality(tmp_path / "b" / "online-lr" / "records.jsonl") == \
+        _quality(tmp_path / "full" / "online-lr" / "records.jsonl")
+    assert resumed["replay_max_rel_diff"] == pytest.approx(0.0, abs=1e-6)
+    assert [c["update"]["loss_first"] for c in resumed["per_chunk"]] == \
+        pytest.approx([c["update"]["loss_first"] for c in full["per_chunk"]], nan_ok=True)
+    (tmp_path / "b" / "online-lr" / "pairs.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no pairs of prompt 0"):
+        _runner(models, tmp_path / "b").run_method("online-lr")

@@ -15,11 +15,17 @@ online-lr      LR, draft updated by DPO on the preference pairs (Online-LR)
 Results folder: ``<out>/<method>/records.jsonl`` (one JSON object per prompt,
 appended as each prompt finishes; timings under ``"timing"``, everything else is
 deterministic), ``<method>/timing.jsonl`` (batch-1 timings of lockstep runs, below),
-``<method>/state.pt`` (prompts done, per-chunk update reports, the updater's draft
-parameters, optimiser state and queued pairs), written atomically after every prompt
-or lockstep group. A killed run restarted with the same arguments drops records of
-unfinished prompts, restores the state and continues: its records equal an
-uninterrupted run's (greedy decoding). Settings or stream changes are refused.
+``<method>/pairs.jsonl`` (an updating method's feedback pairs per prompt, token ids
+and texts) and ``<method>/state.pt`` (settings, prompts done, per-chunk update
+reports: a few kB), written atomically after every prompt or lockstep group. A killed
+run restarted with the same arguments drops records of unfinished prompts and
+continues: its records equal an uninterrupted run's (greedy decoding). An updating
+method's draft is never saved (a 135M draft with its AdamW moments is about 1.6 GB):
+it is rebuilt on resume by replaying the recorded pairs through the same chunk-end
+updates from the initial draft (deterministic on a CPU), and each replayed update's
+first-epoch loss is checked against the recorded one (``replay_max_rel_diff`` in
+the summary). So the small files alone -- committed, or copied to another machine --
+continue a long run. Settings or stream changes are refused.
 
 Quality in lockstep (``batch_prompts`` > 1): groups of up to ``GROUP_WIDTHS`` x
 that many consecutive prompts of one chunk are served with ``batch_prompts`` of them
@@ -56,7 +62,7 @@ from typing import Callable
 from specloop.realmodels.online import load_checkpoint, save_checkpoint
 from specloop.realmodels.reasoning.dpo import DraftUpdater
 from specloop.realmodels.reasoning.lockstep import run_many, run_one
-from specloop.realmodels.reasoning.lookahead import (LookaheadConfig, Participant, alone_process,
+from specloop.realmodels.reasoning.lookahead import (FeedbackPair, LookaheadConfig, Participant, alone_process,
                                                      lookahead_process)
 from specloop.realmodels.reasoning.steps import rule_for_task
 from specloop.realmodels.reasoning.tasks import TaskItem, format_prompt, score
@@ -163,7 +169,7 @@ class ReasonRunner:
     def _load_state(self, folder: Path, method: str, updater) -> dict:
         fresh = {"method": method, "config": asdict(self.config), "stream_hash": self._stream_hash(),
                  "judge": getattr(self.judge, "name", None) if method not in ("target", "draft") else None,
-                 "prompts_done": 0, "updates": [], "updater": None}
+                 "prompts_done": 0, "updates": []}
         path = folder / "state.pt"
         if not path.is_file():
             return fresh
@@ -175,9 +181,34 @@ class ReasonRunner:
         if any(state.get(k) != fresh[k] for k in ("method", "config", "stream_hash", "judge")):
             raise ValueError(f"{path} was written with other settings or another task stream; "
                              "use another --out folder or delete it")
-        if updater is not None and state.get("updater") is not None:
-            updater.load_state_dict(state["updater"])
+        if updater is not None and state.get("updater") is not None:     # written before pairs.jsonl existed
+            updater.load_state_dict(state.pop("updater"))
+        elif updater is not None and state["prompts_done"]:
+            state["replay_max_rel_diff"] = self._replay(folder, updater, state)
         return state
+
+    def _replay(self, folder: Path, updater, state: dict) -> float:
+        """Rebuild ``updater``'s draft after ``state["prompts_done"]`` prompts from
+        ``pairs.jsonl``; returns the largest relative difference between a replayed
+        update's first-epoch loss and the recorded one.
+
+        Raises:
+            ValueError: a prompt's pairs are missing.
+        """
+        rows = {r["index"]: r["pairs"] for r in read_records(folder / "pairs.jsonl")}
+        recorded = {u["chunk"]: u for u in state["updates"]}
+        worst = 0.0
+        for index in range(state["prompts_done"]):
+            if index not in rows:
+                raise ValueError(f"{folder / 'pairs.jsonl'} has no pairs of prompt {index}: the draft cannot be "
+                                 "rebuilt; delete the method's folder to start it again")
+            updater.add([FeedbackPair(tuple(x), tuple(c), tuple(r), ct, rt) for x, c, r, ct, rt in rows[index]])
+            if (index + 1) % self.config.chunk == 0:
+                report, old = updater.update(), recorded.get(index // self.config.chunk)
+                if old and report["pairs"] and math.isfinite(old["loss_first"]):
+                    worst = max(worst, abs(report["loss_first"] - old["loss_first"])
+                                / max(abs(old["loss_first"]), 1e-12))
+        return worst
 
     def run_method(self, method: str, *, stop_after: int | None = None,
                    progress: Callable[[int], None] | None = None, batch_prompts: int = 1,
@@ -220,8 +251,8 @@ class ReasonRunner:
                                    epochs=self.config.epochs, batch_size=self.config.batch_size, clip=self.config.clip)
         state = self._load_state(folder, method, updater)
         records_path, timing_path = folder / "records.jsonl", folder / "timing.jsonl"
-        _keep_records(records_path, state["prompts_done"])
-        _keep_records(timing_path, state["prompts_done"])
+        for path in (records_path, timing_path, folder / "pairs.jsonl"):
+            _keep_records(path, state["prompts_done"])
         limit = len(self.items) if stop_after is None else min(len(self.items), int(stop_after))
         index = state["prompts_done"]
         while index < limit and (deadline is None or time.time() < deadline):
@@ -231,19 +262,21 @@ class ReasonRunner:
             _append(records_path, [record for record, _ in served])
             _append(timing_path, [self._timing_row(method, draft, record) for record, _ in served
                                   if record["batch"] > 1 and record["index"] in timed])
-            for i, (_, result) in zip(range(index, end), served):
-                if updater is not None:
+            if updater is not None:
+                _append(folder / "pairs.jsonl", [{"index": i, "pairs": [_pair_row(p) for p in result.feedback]}
+                                                 for i, (_, result) in zip(range(index, end), served)])
+                for i, (_, result) in zip(range(index, end), served):
                     updater.add(result.feedback)
                     if (i + 1) % self.config.chunk == 0:
                         state["updates"].append({"chunk": i // self.config.chunk, **updater.update()})
             state["prompts_done"] = index = end
-            if updater is not None:
-                state["updater"] = updater.state_dict()
             save_checkpoint(folder / "state.pt", state)
             if progress is not None:
                 progress(len(served))
-        return summarise_records(read_records(records_path), self.config.chunk, state.get("updates", []),
-                                 label=_LABELS[method], timing=read_records(timing_path))
+        summary = summarise_records(read_records(records_path), self.config.chunk, state.get("updates", []),
+                                    label=_LABELS[method], timing=read_records(timing_path))
+        summary["replay_max_rel_diff"] = state.get("replay_max_rel_diff")
+        return summary
 
     def _process(self, method: str, draft, index: int):
         item = self.items[index]
@@ -273,6 +306,11 @@ class ReasonRunner:
                 "accepted_per_round", "stop_reason", "timing")
         return {**{k: record[k] for k in keys}, "judged_pairs": len(record["judged"]),
                 "same_as_lockstep": record["text"] == lockstep_record["text"]}
+
+
+def _pair_row(pair: FeedbackPair) -> list:
+    return [list(pair.prompt_ids), list(pair.chosen_ids), list(pair.rejected_ids), pair.chosen_text,
+            pair.rejected_text]
 
 
 def _append(path: Path, rows: list[dict]) -> None:
