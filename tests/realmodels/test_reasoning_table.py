@@ -58,3 +58,19 @@ def test_too_few_paired_prompts_is_undecided(tmp_path):
     _write(tmp_path / "lr", _rows([1.5], [1.0]), _timing([20.0]))
     found = {v["statement"]: v for v in verdicts(tmp_path, ["target", "lr"])}
     assert found["lr >= 1.2x the target"]["verdict"] == "undecided" and found["lr >= 1.2x the target"]["n"] == 1
+
+
+def test_sweep_row_gain_after_the_first_update():
+    from benchmarks.reason_sweep import setting_row
+    frozen = [{"index": i, "rounds": 4, "committed_per_round": [1, 1, 1, 1]} for i in range(8)]
+    # the same as frozen before the first update (prompts 0-3), then +50 % AvgLen with a little spread
+    online = [{"index": i, "rounds": 4, "committed_per_round": [1, 1, 1, 1] if i < 4 else [2, 1, 2, 1 + (i % 2)]}
+              for i in range(8)]
+    summary = {"per_chunk": [{"mean_accepted_draft_steps": 0.0, "update": {"pairs": 3}},
+                             {"mean_accepted_draft_steps": 0.5, "update": None}], "avg_accepted_steps": 1.3}
+    row = setting_row(online, frozen, interval=4, summary=summary)
+    assert row["later_prompts"] == 4 and row["verdict"] == "holds"
+    assert row["gain_after_first_update"] == pytest.approx(math.exp(sum(math.log(x) for x in
+                                                                        [1.5, 1.75, 1.5, 1.75]) / 4) - 1)
+    assert row["gain_ci"][0] > 0 and row["accepted_draft_steps_per_round_per_chunk"] == [0.0, 0.5]
+    assert setting_row(online[:5], frozen, interval=4, summary=summary)["verdict"] == "undecided"
