@@ -85,3 +85,14 @@ def target_and_draft():
     target = tiny_loaded(ToyTokenizer(), seed=0, newline_bias=0.3)
     draft = tiny_loaded(ToyTokenizer(merges=("\n\n", "the ", "is ", " = ", "ab")), seed=1, newline_bias=0.3)
     return target, draft
+
+
+def sum_items(n: int):
+    """``n`` arithmetic task items "Add i and i + 2." (answer 2 i + 2) for runner tests."""
+    from specloop.realmodels.reasoning.tasks import TaskItem
+    return [TaskItem("arith", f"t{i}", f"Add {i} and {i + 2}.", str(2 * i + 2)) for i in range(n)]
+
+
+def contains_answer(item, text: str) -> float:
+    """A runner scorer: 1.0 when the expected answer occurs in the text."""
+    return float(item.answer in text)

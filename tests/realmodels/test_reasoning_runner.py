@@ -9,8 +9,7 @@ import pytest
 from specloop.realmodels.reasoning.judge import ExactMatchJudge
 from specloop.realmodels.reasoning.runner import (ReasonConfig, ReasonRunner, add_speedups, read_records,
                                                   resolve_methods)
-from specloop.realmodels.reasoning.tasks import TaskItem
-from tests.realmodels.reasoning_util import target_and_draft
+from tests.realmodels.reasoning_util import contains_answer, sum_items, target_and_draft
 
 CONFIG = ReasonConfig(chunk=2, num_draft_steps=2, max_new_tokens=12, max_step_tokens=6, lr=3e-2, epochs=2,
                       batch_size=2)
@@ -22,13 +21,13 @@ def models():
 
 
 def _items(n=4):
-    return [TaskItem("arith", f"t{i}", f"Add {i} and {i + 2}.", str(2 * i + 2)) for i in range(n)]
+    return sum_items(n)
 
 
 def _runner(models, out, items=None, config=CONFIG):
     target, draft = models
     return ReasonRunner(target, draft, items or _items(), out, config, judge=ExactMatchJudge(),
-                        scorer=lambda item, text: float(item.answer in text))
+                        scorer=contains_answer)
 
 
 def _comparable(path):

@@ -11,8 +11,7 @@ import pytest
 
 from specloop.realmodels.reasoning.judge import ExactMatchJudge
 from specloop.realmodels.reasoning.runner import ReasonConfig, ReasonRunner, add_speedups, read_records
-from specloop.realmodels.reasoning.tasks import TaskItem
-from tests.realmodels.reasoning_util import target_and_draft
+from tests.realmodels.reasoning_util import contains_answer, sum_items, target_and_draft
 
 CONFIG = ReasonConfig(chunk=3, num_draft_steps=2, max_new_tokens=12, max_step_tokens=6, lr=3e-2, epochs=2,
                       batch_size=2)
@@ -24,13 +23,13 @@ def models():
 
 
 def _items(n=6):
-    return [TaskItem("arith", f"t{i}", f"Add {i} and {i + 2}.", str(2 * i + 2)) for i in range(n)]
+    return sum_items(n)
 
 
 def _runner(models, out):
     target, draft = models
     return ReasonRunner(target, draft, _items(), out, CONFIG, judge=ExactMatchJudge(),
-                        scorer=lambda item, text: float(item.answer in text))
+                        scorer=contains_answer)
 
 
 def _quality(path):
@@ -104,7 +103,7 @@ def test_frozen_rows_resume_under_other_update_settings(models, tmp_path):
     other = dataclasses.replace(CONFIG, lr=1e-3, epochs=1)
     first = _runner(models, tmp_path).run_method("lr", stop_after=2)
     again = ReasonRunner(target, draft, _items(), tmp_path, other, judge=ExactMatchJudge(),
-                         scorer=lambda item, text: float(item.answer in text))
+                         scorer=contains_answer)
     assert again.run_method("lr")["prompts"] == 6 and first["prompts"] == 2
     _runner(models, tmp_path).run_method("online-lr", stop_after=1)
     with pytest.raises(ValueError, match="other settings"):
