@@ -116,3 +116,24 @@ def test_the_part_is_registered_after_online_stream():
     assert names[names.index("online_stream") + 1] == sub.NAME
     assert next(p for p in PARTS if p.name == sub.NAME).real
     assert FIGURES[sub.NAME][0] == "specloop.figures.online_substream"
+
+
+def _committed(root, folder, gain, ci, n):
+    import json
+    path = root / folder
+    path.mkdir(parents=True)
+    vs = {"frozen": "hydra", "n": n, "gain": gain, "gain_ci": ci, "better": 1, "worse": 0, "wilcoxon_p": 0.1}
+    (path / "summary.json").write_text(json.dumps({sub.PROTOCOL: {"methods": {sub.ONLINE: {"vs_frozen": vs}}}}))
+
+
+def test_the_largest_committed_replay_gives_the_second_claim(tmp_path):
+    assert sub.committed_claim(tmp_path) is None
+    _committed(tmp_path, sub.COMMITTED[1], 0.036, [0.014, 0.059], 300)
+    claim = sub.committed_claim(tmp_path)
+    assert claim["claim"] == sub.COMMITTED_CLAIM and claim["verdict"] == "holds" and claim["n"] == 300
+    assert sub.COMMITTED[1] in claim["statement"]
+    _committed(tmp_path, sub.COMMITTED[0], 0.01, [-0.01, 0.03], 1200)     # the whole stream wins, undecided
+    live = {"interval": [0.987, 1.075]}
+    claim = sub.committed_claim(tmp_path, live)
+    assert claim["n"] == 1200 and claim["verdict"] == "undecided" and "consistent" in claim["evidence"]
+    assert "NOT consistent" in sub.committed_claim(tmp_path, {"interval": [1.05, 1.2]})["evidence"]
