@@ -223,7 +223,7 @@ def _phases(work: Path, method: str) -> dict:
     """Seconds per phase summed over the method's batch-1 rows (lockstep timings are shared)."""
     records = [r for r in read_records(work / method / "records.jsonl") if r.get("batch", 1) == 1]
     records += read_records(work / method / "timing.jsonl")
-    return {k: sum(r["timing"][k] for r in records) for k in ("draft", "target", "judge")}
+    return {k: sum(r["timing"].get(k, 0.0) for r in records) for k in ("draft", "target", "judge", "commit")}
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@ Modules:
 * `regret`        -- dynamic-regret bounds of Corollaries 1-3 with explicit constants.
 * `optimal_k`     -- optimal candidate length: exact integer argmax vs Corollary 4's closed form.
 * `online_cost`   -- when online draft updates pay in wall-clock: serial, background, separate device.
+* `lookahead_cost` -- when Lookahead Reasoning beats the target alone: one round's expected steps and seconds.
 * `check`         -- `run_theory_check`: a computed verdict on each stated result.
 * `_cases`        -- generated target / draft cases for the check (exact integers).
 * `_claims`       -- `ClaimResult` and the tally that builds it.

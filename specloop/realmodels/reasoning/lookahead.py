@@ -106,7 +106,8 @@ class FeedbackPair:
 @dataclass
 class StepRound:
     """One LR round: steps drafted / accepted, whether a target step was appended,
-    judge scores, seconds per phase, and inner token-speculation counts."""
+    judge scores, seconds per phase (``commit_time``: prefilling the committed steps
+    into both models' caches), and inner token-speculation counts."""
 
     drafted: int
     accepted: int
@@ -117,6 +118,7 @@ class StepRound:
     judge_time: float
     spec_tokens: int = 0
     spec_rounds: int = 0
+    commit_time: float = 0.0
 
     @property
     def committed(self) -> int:
@@ -148,7 +150,7 @@ class ReasoningResult:
 
     @property
     def seconds(self) -> float:
-        return sum(r.draft_time + r.target_time + r.judge_time for r in self.rounds)
+        return sum(r.draft_time + r.target_time + r.judge_time + r.commit_time for r in self.rounds)
 
 
 class _Side:
@@ -300,12 +302,13 @@ def lookahead_process(target: Participant, draft: Participant, judge, config: Lo
         judged.extend(pairs)
         committed_before = len(d_side.ids)
         appended = _commit_round(t_side, d_side, proposals, retok, expansions, accepted, budget)
+        committed = time.perf_counter()
         if appended:
             e, p = expansions[accepted], proposals[accepted]
             feedback.append(FeedbackPair(tuple(d_side.ids[:committed_before] + _draft_ids_of(proposals, accepted)),
                                          tuple(draft.encode(e.text)), p.ids, e.text, p.text))
         rounds.append(StepRound(len(proposals), min(accepted, len(proposals)), appended, scores,
-                                mid - start, after - mid, end - after, spec_tokens, spec_rounds))
+                                mid - start, after - mid, end - after, spec_tokens, spec_rounds, committed - end))
     return ReasoningResult("".join(s for s, _ in budget.steps), budget.steps, rounds, budget.tokens,
                            budget.stop, feedback, judged)
 
@@ -388,8 +391,8 @@ def alone_process(who: Participant, config: LookaheadConfig, *, count_with: Part
     while budget.stop is None:
         start = time.perf_counter()
         step = (yield from _steps_alone(side, config, 1, config.max_new_tokens - budget.tokens, counter))[0][0]
-        seconds = time.perf_counter() - start
         side.commit(list(step.ids))
+        seconds = time.perf_counter() - start
         count = len(step.ids) if counter is who else len(counter.encode(step.text))
         budget.add(step.text, "target" if counter is who else "draft", count, step.eos)
         own = counter is who      # the target's own step, or a draft step taken as it is

@@ -331,7 +331,8 @@ def _record(index: int, item: TaskItem, method: str, result, correct, batch: int
             "judged": [list(p) for p in result.judged], "feedback_pairs": len(result.feedback),
             "correct": correct,
             "timing": {"seconds": result.seconds, "draft": sum(r.draft_time for r in rounds),
-                       "target": sum(r.target_time for r in rounds), "judge": sum(r.judge_time for r in rounds)}}
+                       "target": sum(r.target_time for r in rounds), "judge": sum(r.judge_time for r in rounds),
+                       "commit": sum(r.commit_time for r in rounds)}}
 
 
 def read_records(path: str | os.PathLike) -> list[dict]:
