@@ -180,6 +180,47 @@ def batch_cost(target, gamma: int, context: int = 256, repeats: int = 5) -> dict
             "target_tokens_per_s_batch1_decode": 1.0 / one}
 
 
+def _timed_rows(work: Path, method: str) -> list[dict]:
+    rows = [r for r in read_records(work / method / "records.jsonl") if r.get("batch", 1) == 1]
+    return rows + read_records(work / method / "timing.jsonl")
+
+
+def cost_model(work: Path, gamma: int, batch: dict | None) -> dict | None:
+    """`specloop.theory.lookahead_cost` with the inputs measured on the batch-1 rows:
+    step length, draft seconds a step, judge seconds a pair, commit seconds a round and
+    the judge's acceptance rate from the LR row; the target's seconds a token from the
+    Target row; beta(gamma) from ``batch`` (`batch_cost`). Returns the predicted
+    speedup beside the measured one, the most LR could give (p = 1), the break-even
+    acceptance rate, and the same with beta = 1 (a memory-bound accelerator); None
+    without timed LR and Target rows."""
+    from specloop.theory.lookahead_cost import (LookaheadCosts, break_even_acceptance, lookahead_speedup,
+                                                max_speedup)
+    lr, target = _timed_rows(work, "lr"), _timed_rows(work, "target")
+    if not lr or not target or batch is None:
+        return None
+    def total(rows, key):
+        return sum(r["timing"].get(key, 0.0) for r in rows)
+    steps = sum(sum(r["committed_per_round"]) for r in lr)
+    judged = sum(r.get("judged_pairs", len(r.get("judged", []))) for r in lr)
+    drafted = sum(sum(r["drafted_per_round"]) for r in lr if "drafted_per_round" in r)
+    rounds = sum(r["rounds"] for r in lr)
+    t_decode = total(target, "seconds") / sum(r["target_tokens"] for r in target)
+    costs = LookaheadCosts(step_tokens=sum(r["target_tokens"] for r in lr) / steps, t_decode=t_decode,
+                           batch_ratio=max(1.0, batch["batch_gamma_over_batch1"]),
+                           t_draft=total(lr, "draft") / max(drafted, 1), t_judge=total(lr, "judge") / max(judged, 1),
+                           t_commit=total(lr, "commit") / max(rounds, 1))
+    accept = sum(sum(r["accepted_per_round"]) for r in lr) / max(judged, 1)
+    measured = (sum(r["target_tokens"] for r in lr) / total(lr, "seconds")) / (1.0 / t_decode)
+    ideal = LookaheadCosts(costs.step_tokens, costs.t_decode, 1.0, costs.t_draft, costs.t_judge, costs.t_commit)
+    return {"inputs": {**costs.__dict__, "acceptance_rate": accept, "gamma": gamma, "timed_lr_prompts": len(lr)},
+            "predicted_speedup": lookahead_speedup(accept, gamma, costs), "measured_speedup": measured,
+            "max_speedup_all_accepted": max_speedup(gamma, costs),
+            "break_even_acceptance": break_even_acceptance(gamma, costs),
+            "with_batch_ratio_1": {"predicted_speedup": lookahead_speedup(accept, gamma, ideal),
+                                   "max_speedup_all_accepted": max_speedup(gamma, ideal),
+                                   "break_even_acceptance": break_even_acceptance(gamma, ideal)}}
+
+
 def _cell(block: dict) -> dict:
     return {"avg_len": block.get("avg_accepted_steps"), "speedup": block.get("speedup"),
             "accuracy": block.get("accuracy"), "accuracy_ci": block.get("accuracy_ci"),
@@ -288,7 +329,9 @@ def main(argv=None) -> int:
                                   if "lr" in summaries and args.judge_kind == "model" else None),
               "verdicts": verdicts(work, methods),
               "batch_cost": None if args.skip_cost else batch_cost(target, args.gamma),
+              "cost_model": None,
               "summaries": summaries, "wall_seconds": time.perf_counter() - start}
+    result["cost_model"] = cost_model(work, args.gamma, result["batch_cost"])
     print_table(result["table"], sorted({i.task for i in items}))
     out.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(_clean(result), indent=1, default=lambda o: None)

@@ -74,3 +74,23 @@ def test_sweep_row_gain_after_the_first_update():
                                                                         [1.5, 1.75, 1.5, 1.75]) / 4) - 1)
     assert row["gain_ci"][0] > 0 and row["accepted_draft_steps_per_round_per_chunk"] == [0.0, 0.5]
     assert setting_row(online[:5], frozen, interval=4, summary=summary)["verdict"] == "undecided"
+
+
+def test_cost_model_inputs_come_from_the_timed_rows(tmp_path):
+    from benchmarks.reasoning import cost_model
+    target = [{"index": i, "batch": 1, "target_tokens": 100, "rounds": 5, "committed_per_round": [1] * 5,
+               "timing": {"seconds": 40.0}, "correct": None} for i in range(2)]
+    lr = [{"index": i, "batch": 1, "target_tokens": 60, "rounds": 3, "committed_per_round": [2, 1, 1],
+           "accepted_per_round": [1, 0, 0], "drafted_per_round": [3, 3, 3], "judged": [["a", "a"]] * 4,
+           "timing": {"seconds": 30.0, "draft": 4.5, "target": 20.0, "judge": 4.0, "commit": 1.5}, "correct": None}
+          for i in range(2)]
+    _write(tmp_path / "target", target)
+    _write(tmp_path / "lr", lr)
+    model = cost_model(tmp_path, 3, {"batch_gamma_over_batch1": 1.8})
+    inputs = model["inputs"]
+    assert inputs["t_decode"] == pytest.approx(0.4) and inputs["step_tokens"] == pytest.approx(15.0)
+    assert inputs["t_draft"] == pytest.approx(0.5) and inputs["t_judge"] == pytest.approx(1.0)
+    assert inputs["t_commit"] == pytest.approx(0.5) and inputs["acceptance_rate"] == pytest.approx(0.25)
+    assert model["measured_speedup"] == pytest.approx((120 / 60) / 2.5)
+    assert model["with_batch_ratio_1"]["max_speedup_all_accepted"] > model["max_speedup_all_accepted"]
+    assert cost_model(tmp_path, 3, None) is None

@@ -303,7 +303,7 @@ class ReasonRunner:
         """Serve one prompt of a lockstep group again alone: its batch-1 timing row."""
         (record, _), = self._serve_group(method, draft, [lockstep_record["index"]])
         keys = ("index", "task", "id", "method", "target_tokens", "rounds", "committed_per_round",
-                "accepted_per_round", "stop_reason", "timing")
+                "accepted_per_round", "drafted_per_round", "stop_reason", "timing")
         return {**{k: record[k] for k in keys}, "judged_pairs": len(record["judged"]),
                 "same_as_lockstep": record["text"] == lockstep_record["text"]}
 
