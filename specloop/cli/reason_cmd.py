@@ -16,7 +16,7 @@ forward per kind of work across them: the quality side -- steps, judgements,
 answers -- at a fraction of the cost) and ``--timed N`` serves N prompts spread
 evenly over the stream again alone, so that tokens/s and speedups (paired per
 prompt against the target row) come from batch-1 runs; ``lockstep_mismatches``
-counts timed prompts whose text differed from their lockstep run. ``--split tuning``
+counts timed prompts whose steps differed from their lockstep run. ``--split tuning``
 takes the tasks' tuning prompts (disjoint from the reported held-out ones) for
 choosing settings.
 

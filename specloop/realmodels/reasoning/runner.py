@@ -34,8 +34,9 @@ of work across them, a finished prompt's slot refilled at once; the draft is the
 same for all of them, since updates happen at chunk ends only); records and state
 are written after each group. Their records carry ``"batch"`` > 1 and no usable timing; the
 prompts of ``timing_prompts`` among them are served again alone, with the same draft,
-into ``timing.jsonl`` (seconds, tokens and ``same_as_lockstep``: whether the text
-equals the lockstep record's, the check that batching changed nothing).
+into ``timing.jsonl`` (seconds, tokens and ``same_as_lockstep``: whether its text,
+steps, judged pairs and score equal the lockstep record's, the check that batching
+changed nothing).
 
 Speed: ``tokens_per_s`` = committed target tokens / decoding seconds (draft + target
 + judge; chunk-end updates excluded, reported as ``update_seconds`` and in
@@ -70,6 +71,8 @@ from specloop.realmodels.reasoning.tasks import TaskItem, format_prompt, score
 __all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods"]
 
 METHODS = ("target", "draft", "lr", "osd-lr", "online-lr")
+#: what a prompt served alone must repeat of its lockstep record (texts, steps, judgements)
+_SAME_KEYS = ("text", "steps", "committed_per_round", "accepted_per_round", "judged", "correct")
 #: a lockstep group holds this many times batch_prompts prompts (state is saved per group)
 GROUP_WIDTHS = 3
 _LABELS = {"target": "Target", "draft": "Draft", "lr": "LR", "osd-lr": "OSD-LR", "online-lr": "Online-LR"}
@@ -305,7 +308,7 @@ class ReasonRunner:
         keys = ("index", "task", "id", "method", "target_tokens", "rounds", "committed_per_round",
                 "accepted_per_round", "drafted_per_round", "stop_reason", "timing")
         return {**{k: record[k] for k in keys}, "judged_pairs": len(record["judged"]),
-                "same_as_lockstep": record["text"] == lockstep_record["text"]}
+                "same_as_lockstep": all(record[k] == lockstep_record[k] for k in _SAME_KEYS)}
 
 
 def _pair_row(pair: FeedbackPair) -> list:
@@ -402,7 +405,7 @@ def summarise_records(records: list[dict], chunk: int, updates: list[dict] | Non
     (``tasks``), per chunk (``per_chunk``, with the chunk's update report), and
     ``update_seconds`` / ``tokens_per_s_with_training``; ``per_prompt_tokens_per_s``
     ({stream index: tokens/s} of the batch-1 rows) and ``lockstep_mismatches`` (timing
-    rows whose text differs from their lockstep record). ``speedup`` is filled by
+    rows that differ from their lockstep record). ``speedup`` is filled by
     `add_speedups` (it needs the target row)."""
     updates, timing = list(updates or []), list(timing or [])
     summary = {"label": label, **_block(records, timing), "tasks": {}, "per_chunk": []}
