@@ -209,7 +209,13 @@ def cost_model(work: Path, gamma: int, batch: dict | None) -> dict | None:
                            batch_ratio=max(1.0, batch["batch_gamma_over_batch1"]),
                            t_draft=total(lr, "draft") / max(drafted, 1), t_judge=total(lr, "judge") / max(judged, 1),
                            t_commit=total(lr, "commit") / max(rounds, 1))
-    accept = sum(sum(r["accepted_per_round"]) for r in lr) / max(judged, 1)
+    # p from the judge's sequence: accepted pairs over accepted + the one rejection of each
+    # round that did not accept every drafted step (right whether or not the judge scored
+    # the pairs after a rejection, as a batch_all judge does)
+    accepted = sum(sum(r["accepted_per_round"]) for r in lr)
+    rejections = sum(a < d for r in lr if "drafted_per_round" in r
+                     for a, d in zip(r["accepted_per_round"], r["drafted_per_round"]))
+    accept = accepted / max(accepted + rejections, 1)
     measured = (sum(r["target_tokens"] for r in lr) / total(lr, "seconds")) / (1.0 / t_decode)
     ideal = LookaheadCosts(costs.step_tokens, costs.t_decode, 1.0, costs.t_draft, costs.t_judge, costs.t_commit)
     return {"inputs": {**costs.__dict__, "acceptance_rate": accept, "gamma": gamma, "timed_lr_prompts": len(lr)},

@@ -24,7 +24,7 @@ id_orig = {index}
 def _write(folder, count=8):
     folder.mkdir(exist_ok=True)
     for i in range(count):
-        total = Fraction(3 * i + 7, 2 if i == 5 else 1)
+        total = Fraction(3 * i + 8, 2) if i == 5 else Fraction(3 * i + 7)
         text = f"{float(total)}" if i == 5 else f"{int(total):,}" if i == 6 else str(total)
         (folder / f"{i:04d}.toml").write_text(TEMPLATE.format(n=i, m=2 * i + 7, total=total, total_text=text,
                                                               index=100 + i))
@@ -37,7 +37,7 @@ def test_splits_are_disjoint_and_answers_exact(tmp_path):
     assert [p.id for p in tuning] == ["gsm8k-100", "gsm8k-104"]
     assert len(heldout) == 6 and not {p.id for p in tuning} & {p.id for p in heldout}
     by_id = {p.id: p for p in heldout}
-    assert by_id["gsm8k-101"].answer == 10 and by_id["gsm8k-105"].answer == Fraction(11, 1)
+    assert by_id["gsm8k-101"].answer == 10 and by_id["gsm8k-105"].answer == Fraction(23, 2)     # "11.5"
     assert by_id["gsm8k-106"].answer == 25
     assert by_id["gsm8k-101"].question.startswith("Ann has 1 apples")
 

@@ -119,6 +119,13 @@ def test_lockstep_single_model_rows_equal_batch_one():
         assert len({r.text for r in alone}) >= 3      # different prompts, different generations
 
 
+def test_unknown_requests_are_refused():
+    def asks():
+        yield "expand please"
+    with pytest.raises(TypeError, match="unknown request"):
+        run_many([asks(), asks()])
+
+
 def test_judge_requests_need_a_judge():
     def asks():
         yield JudgeRequest((("a", "a"),))
@@ -130,14 +137,35 @@ def test_judge_requests_need_a_judge():
         run_many([])
 
 
-@pytest.mark.parametrize("budget,penalty", [(30, 1.0), (57, 1.0), (40, 1.3)])
-def test_target_row_in_one_request_equals_step_by_step(budget, penalty):
+def _eos_after(loaded, trigger: str):
+    """``loaded`` whose model emits EOS right after the token ``trigger`` (a step may
+    then end with EOS mid-step, or an EOS may open a step)."""
+    import torch
+    model, index = loaded.model, loaded.tokenizer.index[trigger]
+    forward = model.forward
+
+    def patched(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        last = kwargs["input_ids"][:, -1]
+        out.logits[:, -1, EOS] += torch.where(last == index, 1e4, 0.0).to(out.logits.dtype)
+        return out
+    model.forward = patched
+    return loaded
+
+
+@pytest.mark.parametrize("budget,penalty,eos_after", [(30, 1.0, None), (57, 1.0, None), (40, 1.3, None),
+                                                      (60, 1.0, "\n"), (60, 1.2, " ")])
+def test_target_row_in_one_request_equals_step_by_step(budget, penalty, eos_after):
     """The Target row's whole greedy continuation, cut into steps afterwards, gives the
     steps of step-by-step generation (forced here by counting with an equal but
-    distinct participant, which takes the step-wise path)."""
+    distinct participant, which takes the step-wise path), with EOS at a step's end,
+    inside a step and at the budget."""
     target, draft = target_and_draft()
+    if eos_after is not None:
+        target = _eos_after(tiny_loaded(ToyTokenizer(), seed=0, newline_bias=0.5), eos_after)
     config = LookaheadConfig(num_draft_steps=3, max_new_tokens=budget, rule=StepRule("\n", 7, "test"),
                              repetition_penalty=penalty)
+    stops = []
     for question in QUESTIONS:
         who, _ = _participants(target, draft, question)
         twin = Participant(who.model, who.tokenizer, list(who.prompt_ids), set(who.eos_ids))
@@ -156,4 +184,6 @@ def test_target_row_in_one_request_equals_step_by_step(budget, penalty):
         stepwise = run_one(alone_process(who, config, count_with=twin))
         assert [s for s, _ in whole.steps] == [s for s, _ in stepwise.steps]
         assert (whole.target_tokens, whole.stop_reason) == (stepwise.target_tokens, stepwise.stop_reason)
-        assert len(whole.rounds) == len(stepwise.rounds) > 1
+        assert len(whole.rounds) == len(stepwise.rounds) >= 1
+        stops.append(whole.stop_reason)
+    assert ("eos" in stops) == (eos_after is not None)       # the EOS branches ran where forced

@@ -129,3 +129,60 @@ def test_updating_run_continues_from_its_small_files_alone(models, tmp_path):
     (tmp_path / "b" / "online-lr" / "pairs.jsonl").write_text("")
     with pytest.raises(ValueError, match="no pairs of prompt 0"):
         _runner(models, tmp_path / "b").run_method("online-lr")
+
+
+def test_a_run_with_a_saved_draft_keeps_saving_it_and_resumes_twice(models, tmp_path):
+    """A state written before pairs.jsonl existed carries the draft itself; such a run
+    goes on saving it (its pairs file starts late), so it resumes again and again."""
+    from specloop.realmodels.online import load_checkpoint, save_checkpoint
+    full = _runner(models, tmp_path / "full").run_method("online-lr")
+    _runner(models, tmp_path / "old").run_method("online-lr", stop_after=3)
+    folder = tmp_path / "old" / "online-lr"
+    # make it look like the older layout: the draft in the state after chunk 0, no pairs file
+    _runner(models, tmp_path / "probe").run_method("online-lr", stop_after=3)
+    import copy
+
+    from specloop.realmodels.reasoning.dpo import DraftUpdater
+    _, draft = models
+    runner = _runner(models, tmp_path / "probe")
+    updater = DraftUpdater(copy.deepcopy(draft.model), "dpo", lr=CONFIG.lr, beta=CONFIG.beta, epochs=CONFIG.epochs,
+                           batch_size=CONFIG.batch_size, clip=CONFIG.clip)
+    runner._replay(tmp_path / "probe" / "online-lr", updater, load_checkpoint(tmp_path / "probe" / "online-lr" /
+                                                                             "state.pt"))
+    state = load_checkpoint(folder / "state.pt")
+    state["updater"] = updater.state_dict()
+    save_checkpoint(folder / "state.pt", state)
+    (folder / "pairs.jsonl").unlink()
+    _runner(models, tmp_path / "old").run_method("online-lr", stop_after=5)
+    assert load_checkpoint(folder / "state.pt").get("updater") is not None
+    _runner(models, tmp_path / "old").run_method("online-lr")
+    assert _quality(folder / "records.jsonl") == _quality(tmp_path / "full" / "online-lr" / "records.jsonl")
+    assert full["prompts"] == 6
+
+
+def test_a_replay_that_does_not_reproduce_the_record_is_refused(models, tmp_path):
+    from specloop.realmodels.online import load_checkpoint, save_checkpoint
+    _runner(models, tmp_path).run_method("online-lr", stop_after=4)
+    path = tmp_path / "online-lr" / "state.pt"
+    state = load_checkpoint(path)
+    assert state["updates"][0]["pairs"] > 0
+    state["updates"][0]["loss_first"] *= 1.01
+    save_checkpoint(path, state)
+    with pytest.raises(ValueError, match="differs from the recorded one"):
+        _runner(models, tmp_path).run_method("online-lr")
+    state["updates"][0]["pairs"] += 1
+    save_checkpoint(path, state)
+    with pytest.raises(ValueError, match="pairs, the record says"):
+        _runner(models, tmp_path).run_method("online-lr")
+
+
+def test_update_seconds_are_charged_to_the_timed_rows_by_their_share():
+    from specloop.realmodels.reasoning.runner import summarise_records
+    records = [{"index": i, "task": "arith", "batch": 4, "rounds": 1, "committed_per_round": [1],
+                "accepted_per_round": [0], "spec_tokens": 0, "spec_rounds": 0, "target_tokens": 100,
+                "correct": None, "stop_reason": "eos", "timing": {"seconds": 0.0}} for i in range(4)]
+    timing = [{"index": 0, "task": "arith", "target_tokens": 100, "timing": {"seconds": 10.0},
+               "same_as_lockstep": True}]
+    summary = summarise_records(records, 4, [{"chunk": 0, "seconds": 8.0, "pairs": 1}], timing=timing)
+    # 100 timed tokens of 400: a quarter of the 8 update seconds
+    assert summary["tokens_per_s_with_training"] == pytest.approx(100 / (10 + 2))

@@ -56,7 +56,7 @@ class ExpandRequest:
     penalty: float
 
     def group_key(self) -> tuple:
-        return ("expand", id(self.model), self.rule, float(self.penalty))
+        return ("expand", id(self.model), id(self.tokenizer), self.eos_ids, self.rule, float(self.penalty))
 
     def alone(self) -> list[StepOutput]:
         return expand_steps(self.model, self.tokenizer, [list(p) for p in self.prefixes], self.rule,
@@ -166,6 +166,8 @@ def run_many(processes: list[Generator], judge=None, *, width: int | None = None
     while pending:
         groups: dict[tuple, list[int]] = {}
         for index, request in pending.items():
+            if not isinstance(request, (ExpandRequest, JudgeRequest)):
+                raise TypeError(f"unknown request {type(request).__name__}")
             groups.setdefault(request.group_key(), []).append(index)
         for members in groups.values():
             answers = _answer_group([pending[i] for i in members], judge)

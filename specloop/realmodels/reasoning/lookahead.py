@@ -363,8 +363,9 @@ def generate_alone(who: Participant, config: LookaheadConfig, *, count_with: Par
                    max_steps: int = 10_000) -> ReasoningResult:
     """One model alone, step after step (the Target and Draft rows): greedy, cut at
     step ends, the budget counted in ``count_with``'s tokens (the target; default
-    ``who``). For the target this is plain greedy decoding stopped at the first step
-    end at or past the budget. Batch 1 (`alone_process` is the lockstep form).
+    ``who``). For the target this is plain greedy decoding of ``max_new_tokens``
+    tokens (or up to EOS), the last step cut at the budget since every step is capped
+    at the tokens left. Batch 1 (`alone_process` is the lockstep form).
 
     Returns:
         `ReasoningResult` with one `StepRound` per step (its time in

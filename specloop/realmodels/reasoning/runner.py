@@ -71,6 +71,8 @@ from specloop.realmodels.reasoning.tasks import TaskItem, format_prompt, score
 __all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods"]
 
 METHODS = ("target", "draft", "lr", "osd-lr", "online-lr")
+#: the largest relative difference of a replayed update's loss from the recorded one
+REPLAY_TOLERANCE = 1e-3
 #: what a prompt served alone must repeat of its lockstep record (texts, steps, judgements)
 _SAME_KEYS = ("text", "steps", "committed_per_round", "accepted_per_round", "judged", "correct")
 #: a lockstep group holds this many times batch_prompts prompts (state is saved per group)
@@ -184,8 +186,10 @@ class ReasonRunner:
         if any(state.get(k) != fresh[k] for k in ("method", "config", "stream_hash", "judge")):
             raise ValueError(f"{path} was written with other settings or another task stream; "
                              "use another --out folder or delete it")
-        if updater is not None and state.get("updater") is not None:     # written before pairs.jsonl existed
-            updater.load_state_dict(state.pop("updater"))
+        if updater is not None and state.get("updater") is not None:
+            # written before pairs.jsonl existed: its pairs start later, so keep saving the draft
+            updater.load_state_dict(state["updater"])
+            state["saves_draft"] = True
         elif updater is not None and state["prompts_done"]:
             state["replay_max_rel_diff"] = self._replay(folder, updater, state)
         return state
@@ -196,7 +200,10 @@ class ReasonRunner:
         update's first-epoch loss and the recorded one.
 
         Raises:
-            ValueError: a prompt's pairs are missing.
+            ValueError: a prompt's pairs are missing, or a replayed update saw another
+                number of pairs or a first-epoch loss off by more than `REPLAY_TOLERANCE`
+                (relative) from the recorded one: the rebuilt draft would not be the
+                one that served the recorded prompts.
         """
         rows = {r["index"]: r["pairs"] for r in read_records(folder / "pairs.jsonl")}
         recorded = {u["chunk"]: u for u in state["updates"]}
@@ -208,9 +215,16 @@ class ReasonRunner:
             updater.add([FeedbackPair(tuple(x), tuple(c), tuple(r), ct, rt) for x, c, r, ct, rt in rows[index]])
             if (index + 1) % self.config.chunk == 0:
                 report, old = updater.update(), recorded.get(index // self.config.chunk)
-                if old and report["pairs"] and math.isfinite(old["loss_first"]):
+                if old is None or report["pairs"] != old["pairs"]:
+                    raise ValueError(f"replaying {folder}: chunk {index // self.config.chunk} updated on "
+                                     f"{report['pairs']} pairs, the record says {None if old is None else old['pairs']}")
+                if report["pairs"] and math.isfinite(old["loss_first"]):
                     worst = max(worst, abs(report["loss_first"] - old["loss_first"])
                                 / max(abs(old["loss_first"]), 1e-12))
+                if worst > REPLAY_TOLERANCE:
+                    raise ValueError(f"replaying {folder}: chunk {index // self.config.chunk}'s update loss differs "
+                                     f"from the recorded one by {worst:.2e} (relative), above {REPLAY_TOLERANCE:g}: "
+                                     "another machine, thread count or library version; resume where it ran")
         return worst
 
     def run_method(self, method: str, *, stop_after: int | None = None,
@@ -273,6 +287,8 @@ class ReasonRunner:
                     if (i + 1) % self.config.chunk == 0:
                         state["updates"].append({"chunk": i // self.config.chunk, **updater.update()})
             state["prompts_done"] = index = end
+            if updater is not None and state.get("saves_draft"):
+                state["updater"] = updater.state_dict()
             save_checkpoint(folder / "state.pt", state)
             if progress is not None:
                 progress(len(served))
@@ -403,7 +419,8 @@ def summarise_records(records: list[dict], chunk: int, updates: list[dict] | Non
                       label: str = "", timing: list[dict] | None = None) -> dict:
     """Headline numbers of one method: `_block` fields over all prompts, per task
     (``tasks``), per chunk (``per_chunk``, with the chunk's update report), and
-    ``update_seconds`` / ``tokens_per_s_with_training``; ``per_prompt_tokens_per_s``
+    ``update_seconds`` / ``tokens_per_s_with_training`` (the timed rows' tokens over their
+    seconds plus the updates' seconds times their share of all tokens); ``per_prompt_tokens_per_s``
     ({stream index: tokens/s} of the batch-1 rows) and ``lockstep_mismatches`` (timing
     rows that differ from their lockstep record). ``speedup`` is filled by
     `add_speedups` (it needs the target row)."""
@@ -420,7 +437,9 @@ def summarise_records(records: list[dict], chunk: int, updates: list[dict] | Non
                                      "update": upd})
     update_seconds = sum(u["seconds"] for u in updates)
     summary["update_seconds"] = update_seconds
-    total = summary["seconds"] + update_seconds
+    # the updates serve every prompt; charge the timed rows their share, by tokens
+    share = summary["timed_tokens"] / summary["tokens"] if summary["tokens"] else 0.0
+    total = summary["seconds"] + update_seconds * share
     summary["tokens_per_s_with_training"] = summary["timed_tokens"] / total if total > 0 else math.nan
     summary["per_prompt_tokens_per_s"] = {str(r["index"]): r["target_tokens"] / r["timing"]["seconds"]
                                           for r in _timed(records, timing) if r["timing"]["seconds"] > 0}

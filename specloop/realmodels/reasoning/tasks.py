@@ -10,7 +10,10 @@ Every task has two disjoint splits: ``heldout`` (the reported prompts) and ``tun
 (for choosing settings): arith generates the tuning problems with seed ``seed +
 TUNING_SEED_OFFSET``, GSM8K takes every 4th question for tuning, HumanEval and MT-bench
 use the warm-up split of `specloop.data.prompts` for tuning (MT-bench and prompt
-files have no tuning split).
+files have no tuning split). Two overlaps to avoid: HumanEval's held-out list runs on
+into its warm-up prompts past its 41 held-out ones, which are then tuning prompts too;
+and arith's held-out problems of seed s + TUNING_SEED_OFFSET are the tuning problems
+of seed s.
 
 Prompt texts follow OnlineSpec Table 11 (``\\boxed{}`` answers) for arithmetic and GSM8K;
 HumanEval asks for the whole function in one fenced block. `format_prompt` puts a
