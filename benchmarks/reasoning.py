@@ -51,7 +51,7 @@ from specloop.realmodels.reasoning.expansion import CommittedCache, expand_steps
 from specloop.realmodels.reasoning.judge import (ExactMatchJudge, HiddenStateJudge, judge_agreement,  # noqa: E402
                                                  make_judge)
 from specloop.realmodels.reasoning.runner import (METHODS, ReasonConfig, ReasonRunner, add_speedups,  # noqa: E402
-                                                  read_records)
+                                                  read_records, timed_rows)
 from specloop.realmodels.reasoning.steps import DELIMITERS, StepRule  # noqa: E402
 from specloop.stats import decide, difference_estimate, ratio_estimate  # noqa: E402
 
@@ -81,10 +81,8 @@ def judge_agreements(work: Path, target, threshold: float) -> dict:
     if not pairs:
         return {"pairs": 0}
     reference = _Recorded(pairs, scores, threshold)
-    timed = [r for r in read_records(work / "lr" / "records.jsonl") if r.get("batch", 1) == 1]
-    timed = [{"judge": r["timing"]["judge"], "pairs": len(r["judged"])} for r in timed] + \
-        [{"judge": t["timing"]["judge"], "pairs": t.get("judged_pairs", 0)}
-         for t in read_records(work / "lr" / "timing.jsonl")]
+    timed = [{"judge": r["timing"]["judge"], "pairs": r.get("judged_pairs", len(r.get("judged", [])))}
+             for r in _timed_rows(work, "lr")]
     judged = sum(t["pairs"] for t in timed)
     out = {"pairs": len(pairs), "model_accept_rate": sum(reference.verdicts(pairs)) / len(pairs),
            "model": {"seconds_per_pair": sum(t["judge"] for t in timed) / judged if judged else None,
@@ -102,8 +100,8 @@ def _per_prompt(work: Path, method: str) -> dict:
     records = read_records(work / method / "records.jsonl")
     quality = {r["index"]: (sum(r["committed_per_round"]) / r["rounds"] if r["rounds"] else None, r["correct"])
                for r in records}
-    timed = [r for r in records if r.get("batch", 1) == 1] + read_records(work / method / "timing.jsonl")
-    speed = {r["index"]: r["target_tokens"] / r["timing"]["seconds"] for r in timed if r["timing"]["seconds"] > 0}
+    speed = {r["index"]: r["target_tokens"] / r["timing"]["seconds"] for r in _timed_rows(work, method)
+             if r["timing"]["seconds"] > 0}
     return {"quality": quality, "speed": speed}
 
 
@@ -181,8 +179,8 @@ def batch_cost(target, gamma: int, context: int = 256, repeats: int = 5) -> dict
 
 
 def _timed_rows(work: Path, method: str) -> list[dict]:
-    rows = [r for r in read_records(work / method / "records.jsonl") if r.get("batch", 1) == 1]
-    return rows + read_records(work / method / "timing.jsonl")
+    """A method's batch-1 rows: records served alone plus its timing rows."""
+    return timed_rows(read_records(work / method / "records.jsonl"), read_records(work / method / "timing.jsonl"))
 
 
 def cost_model(work: Path, gamma: int, batch: dict | None) -> dict | None:
@@ -268,9 +266,8 @@ def print_table(rows, tasks, file=sys.stderr) -> None:
 
 def _phases(work: Path, method: str) -> dict:
     """Seconds per phase summed over the method's batch-1 rows (lockstep timings are shared)."""
-    records = [r for r in read_records(work / method / "records.jsonl") if r.get("batch", 1) == 1]
-    records += read_records(work / method / "timing.jsonl")
-    return {k: sum(r["timing"].get(k, 0.0) for r in records) for k in ("draft", "target", "judge", "commit")}
+    return {k: sum(r["timing"].get(k, 0.0) for r in _timed_rows(work, method))
+            for k in ("draft", "target", "judge", "commit")}
 
 
 def main(argv=None) -> int:

@@ -44,18 +44,16 @@ Fu et al. 2025 (step-level speculation with a semantic verifier), OnlineSpec Sec
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+
+from specloop.theory._validation import validate_unit_interval
 
 __all__ = ["LookaheadCosts", "expected_steps_per_round", "expected_judged_pairs", "round_seconds",
            "lookahead_speedup", "max_speedup", "break_even_acceptance"]
 
 
 def _check_p(p: float) -> float:
-    p = float(p)
-    if not 0.0 <= p <= 1.0 or math.isnan(p):
-        raise ValueError(f"acceptance rate must be in [0, 1], got {p}")
-    return p
+    return float(validate_unit_interval(p, "acceptance rate"))
 
 
 def _check_gamma(gamma: int) -> int:

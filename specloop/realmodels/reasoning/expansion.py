@@ -109,23 +109,10 @@ def _forward(model, cache, input_ids: torch.Tensor, visible: torch.Tensor, posit
 
 
 def _tail_inputs(tails: list[list[int]], head: int, pad_id: int):
-    """Left-padded tails: input (B, S), key validity (B, head + S), prefill
-    visibility (B, S, head + S), positions (B, S)."""
-    width = max(len(t) for t in tails)
-    batch = len(tails)
-    input_ids = torch.full((batch, width), pad_id, dtype=torch.long)
-    valid = torch.ones((batch, head + width), dtype=torch.bool)
-    positions = torch.full((batch, width), head, dtype=torch.long)
-    for b, tail in enumerate(tails):
-        pad = width - len(tail)
-        input_ids[b, pad:] = torch.tensor(tail, dtype=torch.long)
-        valid[b, head: head + pad] = False
-        positions[b, pad:] = head + torch.arange(len(tail))
-    causal = torch.ones((width, width), dtype=torch.bool).tril()
-    visible = valid[:, None, :].repeat(1, width, 1)
-    visible[:, :, head:] &= causal
-    visible[:, torch.arange(width), head + torch.arange(width)] = True   # pad rows see themselves (no NaN)
-    return input_ids, valid, visible, positions
+    """Left-padded tails after a shared head of ``head`` tokens: input (B, S), key
+    validity (B, head + S), prefill visibility (B, S, head + S), positions (B, S)
+    (`_ragged_tail_inputs` with every row's head the same and fully valid)."""
+    return _ragged_tail_inputs(tails, [head] * len(tails), torch.ones((len(tails), head), dtype=torch.bool), pad_id)
 
 
 def _penalise(logits: torch.Tensor, seen: list[set[int]], penalty: float) -> torch.Tensor:

@@ -68,7 +68,7 @@ from specloop.realmodels.reasoning.lookahead import (FeedbackPair, LookaheadConf
 from specloop.realmodels.reasoning.steps import rule_for_task
 from specloop.realmodels.reasoning.tasks import TaskItem, format_prompt, score
 
-__all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods"]
+__all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods", "timed_rows"]
 
 METHODS = ("target", "draft", "lr", "osd-lr", "online-lr")
 #: the largest relative difference of a replayed update's loss from the recorded one
@@ -376,7 +376,7 @@ def _keep_records(path: Path, done: int) -> None:
     path.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
 
 
-def _timed(records: list[dict], timing: list[dict]) -> list[dict]:
+def timed_rows(records: list[dict], timing: list[dict]) -> list[dict]:
     """The batch-1 rows of a method: records served alone plus the timing rows."""
     return [r for r in records if r.get("batch", 1) == 1] + list(timing)
 
@@ -386,7 +386,7 @@ def _block(records: list[dict], timing: list[dict] | None = None) -> dict:
     rounds = sum(r["rounds"] for r in records)
     committed = sum(sum(r["committed_per_round"]) for r in records)
     accepted = sum(sum(r["accepted_per_round"]) for r in records)
-    timed = _timed(records, timing or [])
+    timed = timed_rows(records, timing or [])
     tokens = sum(r["target_tokens"] for r in timed)
     seconds = sum(r["timing"]["seconds"] for r in timed)
     scored = [r["correct"] for r in records if r["correct"] is not None]
@@ -442,7 +442,7 @@ def summarise_records(records: list[dict], chunk: int, updates: list[dict] | Non
     total = summary["seconds"] + update_seconds * share
     summary["tokens_per_s_with_training"] = summary["timed_tokens"] / total if total > 0 else math.nan
     summary["per_prompt_tokens_per_s"] = {str(r["index"]): r["target_tokens"] / r["timing"]["seconds"]
-                                          for r in _timed(records, timing) if r["timing"]["seconds"] > 0}
+                                          for r in timed_rows(records, timing) if r["timing"]["seconds"] > 0}
     summary["lockstep_mismatches"] = sum(not t["same_as_lockstep"] for t in timing)
     return summary
 
