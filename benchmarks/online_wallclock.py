@@ -14,7 +14,9 @@ all three domains), ``--max-new-tokens`` from the set. Resumable in chunks
 Writes JSON: settings, machine, the 1-minute load over the run, and per row
 ``tokens_per_s``, ``tau``, ``update_cost_fraction``, ``update_cpu_fraction`` and, for online
 rows, ``wallclock_vs_frozen`` / ``wallclock_vs_frozen_ci`` (geometric mean of per-prompt
-tokens/s ratios to the frozen row, 95 % interval). Exit 2 on bad input, 1 when an
+tokens/s ratios to the frozen row, 95 % interval); ``cost_model``: each online row's speedup
+predicted by `specloop.theory.online_cost` from its measured parts beside the measured one
+(`live_wallclock.cost_model_check`). Exit 2 on bad input, 1 when an
 online row's output differed from the frozen row's (greedy decoding must be lossless).
 """
 from __future__ import annotations
@@ -71,7 +73,7 @@ def main(argv=None) -> int:
 
     from specloop.realmodels.loading import load_model
     from specloop.realmodels.registry.drafters import make_drafter
-    from specloop.realmodels.streams.live_wallclock import default_rows, run_live_wallclock
+    from specloop.realmodels.streams.live_wallclock import cost_model_check, default_rows, run_live_wallclock
     from specloop.report.machine import LoadMonitor, machine_info
     target = load_model(answers.settings["target"], dtype=args.dtype)
     rows = default_rows(spec.name, cores=args.cores, publish_every=args.publish_every)
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
             state_dir=out.with_suffix(".state"), deadline=deadline)
     bar.close()
     result.update(settings={**vars(args), "domains": sorted(set(domains)), "prompts_total": len(prompts)},
-                  machine=machine_info(), load=load.summary)
+                  machine=machine_info(), load=load.summary, cost_model=cost_model_check(result, args.chunk))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     for name, row in result["rows"].items():
@@ -96,6 +98,9 @@ def main(argv=None) -> int:
                                        f"{row['wallclock_vs_frozen_ci'][1]:.3f}]  update share "
                                        f"{row['update_cost_fraction']:.2f}")
         print(f"{name:32s} {row['tokens_per_s']:7.2f} tok/s  tau {row['tau']:.3f}{extra}")
+    for name, check in result["cost_model"].items():
+        print(f"cost model {name:21s} {check['placement']:18s} predicted {check['predicted']:.3f}  "
+              f"measured {check['measured']:.3f} (total tokens/s ratio)")
     print(f"wrote {out} ({result['prompts']} of {len(prompts)} prompts)")
     if not result["outputs_equal"]:
         return 1

@@ -15,8 +15,9 @@ speedup of online over frozen (tokens/s ratio, same prompts) in each placement:
 
   which pays iff g(m) > u / (m (v + d)) (`serial_break_even_gain`).
 
-* **Background on shared cores** (a worker thread updates while the decoder drafts
-  and verifies, the cores split between them): the decoder's round slows by a factor
+* **Background on shared cores, skipping** (a worker thread updates while the decoder
+  drafts and verifies, the cores split between them, and takes the newest round's
+  update whenever it is free, dropping those it missed): the decoder's round slows by a factor
   sigma >= 1 (fewer threads, contention for memory bandwidth; measure it as the
   round time with the worker busy over the round time alone on all cores), and the
   worker, taking ``u_bg`` seconds an update on its own threads, lands an update every
@@ -25,6 +26,19 @@ speedup of online over frozen (tokens/s ratio, same prompts) in each placement:
       S_bg = (1 + g(m_bg)) / sigma,
 
   which pays iff g(m_bg) > sigma - 1 (`background_break_even_gain`).
+
+* **Background with a queue** (what `realmodels.online.OnlineAdapter` does: every
+  round queues its update for the worker, none is skipped, and the decoder waits for
+  the backlog at each chunk end): over a chunk of R rounds the decoder spends
+  R sigma (v + d) and the worker R u_bg, so the chunk takes the larger of the two
+  (the worker's lag behind the last round is one update, negligible for large R):
+
+      S_queue = (1 + g) (v + d) / max(sigma (v + d), u_bg),
+
+  g being the gain of updates every round applied late (at most the backlog). When
+  u_bg > sigma (v + d) the decoder idles at chunk ends and the speedup falls as
+  (v + d) / u_bg; it pays iff g > max(sigma, u_bg / (v + d)) - 1
+  (`queued_break_even_gain`).
 
 * **Separate device** (the learner on its own accelerator, as Aurora and TIDE train):
   decoding keeps its speed except for installing published weights, ``publish`` seconds
@@ -54,7 +68,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 __all__ = ["GainCurve", "serial_speedup", "serial_break_even_gain", "background_update_interval",
-           "background_speedup", "background_break_even_gain", "separate_device_speedup", "placement_speedups"]
+           "background_speedup", "background_break_even_gain", "queued_background_speedup",
+           "queued_break_even_gain", "separate_device_speedup", "placement_speedups"]
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> float:
@@ -171,6 +186,38 @@ def background_break_even_gain(slowdown: float) -> float:
     if sigma < 1:
         raise ValueError(f"slowdown must be >= 1, got {slowdown}")
     return sigma - 1
+
+
+def queued_background_speedup(verify_seconds: float, draft_seconds: float, update_seconds: float,
+                              slowdown: float, gain: float) -> float:
+    """S_queue = (1 + g) (v + d) / max(sigma (v + d), u_bg): every round's update queued for
+    a background worker, the backlog drained at chunk ends (module docstring).
+
+    Args:
+        verify_seconds, draft_seconds: v, d per round with decoding alone on all cores.
+        update_seconds: u_bg, seconds per update on the worker's threads (>= 0).
+        slowdown: sigma >= 1, the decoder's round time beside the busy worker over its
+            round time alone. gain: g, the tau gain of the late per-round updates (> -1).
+    """
+    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
+    u = _positive("update_seconds", update_seconds, allow_zero=True)
+    sigma = _positive("slowdown", slowdown)
+    if sigma < 1:
+        raise ValueError(f"slowdown must be >= 1, got {slowdown}")
+    if not gain > -1:
+        raise ValueError(f"gain must be > -1, got {gain}")
+    return (1 + gain) * (v + d) / max(sigma * (v + d), u)
+
+
+def queued_break_even_gain(verify_seconds: float, draft_seconds: float, update_seconds: float,
+                           slowdown: float) -> float:
+    """The tau gain at which queued background updates break even: max(sigma, u_bg / (v + d)) - 1."""
+    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
+    u = _positive("update_seconds", update_seconds, allow_zero=True)
+    sigma = _positive("slowdown", slowdown)
+    if sigma < 1:
+        raise ValueError(f"slowdown must be >= 1, got {slowdown}")
+    return max(sigma, u / (v + d)) - 1
 
 
 def separate_device_speedup(verify_seconds: float, draft_seconds: float, update_seconds: float,

@@ -69,3 +69,19 @@ def test_separate_device_and_all_placements():
 def test_bad_input_is_refused(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_queued_background_by_hand_and_its_break_even():
+    from specloop.theory.online_cost import queued_background_speedup, queued_break_even_gain
+    # the worker keeps up (u 0.05 < sigma (v + d) 0.0625): the slowdown alone is paid
+    assert queued_background_speedup(0.04, 0.01, 0.05, 1.25, 0.112) == pytest.approx(1.112 / 1.25)
+    # the worker lags (u 0.1): a chunk takes R u, the decoder idles at its end
+    assert queued_background_speedup(0.04, 0.01, 0.1, 1.25, 0.112) == pytest.approx(1.112 * 0.05 / 0.1)
+    for u in (0.05, 0.1):
+        g0 = queued_break_even_gain(0.04, 0.01, u, 1.25)
+        assert queued_background_speedup(0.04, 0.01, u, 1.25, g0) == pytest.approx(1.0)
+    assert queued_break_even_gain(0.04, 0.01, 0.1, 1.25) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        queued_background_speedup(0.04, 0.01, 0.1, 0.9, 0.1)
+    with pytest.raises(ValueError):
+        queued_background_speedup(0.04, 0.01, 0.1, 1.1, -1.0)

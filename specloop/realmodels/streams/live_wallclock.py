@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-__all__ = ["WallclockRow", "default_rows", "run_live_wallclock"]
+__all__ = ["WallclockRow", "default_rows", "run_live_wallclock", "cost_model_check"]
 
 
 @dataclass(frozen=True)
@@ -101,30 +101,40 @@ def _serve_chunk(state: _State, target, chunk: Sequence[tuple[int, list[int]]], 
     torch.set_num_threads(state.row.threads)
     rows = []
     for index, ids in chunk:
-        train0 = 0.0 if state.adapter is None else state.adapter.train_cpu_seconds
+        before = _update_counters(state.adapter)
         online0 = getattr(state.drafter, "online_seconds", 0.0)
         t0, cpu0 = time.perf_counter(), time.process_time()
         decoder = SpeculativeDecoder(target, state.drafter, policy=FixedDraftPolicy(k), seed=seed + index)
         result = decoder.generate(ids, max_new_tokens, stream_index=index)
         wall = time.perf_counter() - t0
         online = getattr(state.drafter, "online_seconds", 0.0) - online0
+        done = _update_counters(state.adapter, before)
         rows.append({"index": index, "tokens": len(result.new_tokens), "rounds": len(result.trace),
-                     "wall_s": wall, "online_s": online, "cpu_s": time.process_time() - cpu0,
-                     "update_cpu_s": 0.0 if state.adapter is None else state.adapter.train_cpu_seconds - train0,
-                     "output": list(result.new_tokens)})
+                     "wall_s": wall, "online_s": online, "cpu_s": time.process_time() - cpu0, "wait_s": 0.0,
+                     **done, "output": list(result.new_tokens)})
     if state.adapter is not None:                       # the worker's backlog belongs to this row
+        before = _update_counters(state.adapter)
         t0, cpu0 = time.perf_counter(), time.process_time()
-        train0 = state.adapter.train_cpu_seconds
         state.adapter.wait()
         waited, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        done = _update_counters(state.adapter, before)
         total = sum(r["wall_s"] for r in rows) or 1.0
         for r in rows:
             share = r["wall_s"] / total
-            r["wall_s"] += waited * share
-            r["online_s"] += waited * share
-            r["cpu_s"] += cpu * share
-            r["update_cpu_s"] += (state.adapter.train_cpu_seconds - train0) * share
+            for key, value in (("wall_s", waited), ("online_s", waited), ("wait_s", waited), ("cpu_s", cpu),
+                               *done.items()):
+                r[key] += value * share
     state.prompts.extend(rows)
+
+
+def _update_counters(adapter, before: dict | None = None) -> dict:
+    """The adapter's update counters (``update_cpu_s``: CPU seconds of the update steps,
+    ``update_s``: their wall seconds, ``steps``: learner steps), or their growth since
+    ``before``; zeros for a frozen row."""
+    now = ({"update_cpu_s": 0.0, "update_s": 0.0, "steps": 0.0} if adapter is None else
+           {"update_cpu_s": adapter.train_cpu_seconds, "update_s": adapter.train_seconds,
+            "steps": float(adapter.num_steps)})
+    return now if before is None else {key: now[key] - before[key] for key in now}
 
 
 def run_live_wallclock(target, prompts: Sequence[list[int]], rows: Sequence[WallclockRow], *,
@@ -150,8 +160,10 @@ def run_live_wallclock(target, prompts: Sequence[list[int]], rows: Sequence[Wall
     Returns:
         ``{"rows": {name: summary}, "prompts": n, "outputs_equal": bool, "complete": bool}``; each summary
         has ``tokens_per_s``, ``tau``, ``threads``, ``background``, ``publish_every``,
-        ``update_cost_fraction``, ``update_cpu_fraction``, ``per_prompt`` (index, tokens,
-        rounds, wall_s, online_s, cpu_s, update_cpu_s) and, for online rows,
+        ``update_cost_fraction``, ``update_cpu_fraction``, ``rounds``, ``steps``, ``per_prompt``
+        (index, tokens, rounds, wall_s, online_s, cpu_s, wait_s: the prompt's share of the
+        chunk-end wait, update_s / update_cpu_s / steps: wall and CPU seconds of the update
+        steps and their number, while it ran or in its share of the wait) and, for online rows,
         ``wallclock_vs_frozen``, ``wallclock_vs_frozen_ci``, ``n``, ``publications``,
         ``update_seconds``.
 
@@ -248,6 +260,7 @@ def _summaries(states: list[_State], frozen_name: str) -> dict:
                "update_cost_fraction": sum(p["online_s"] for p in ps) / wall if wall > 0 else math.nan,
                "update_cpu_fraction": (sum(p["update_cpu_s"] for p in ps) / sum(p["cpu_s"] for p in ps)
                                        if sum(p["cpu_s"] for p in ps) > 0 else math.nan),
+               "rounds": sum(p["rounds"] for p in ps), "steps": sum(p.get("steps", 0.0) for p in ps),
                "per_prompt": [{k: v for k, v in p.items() if k != "output"} for p in ps]}
         equal = equal and all(p["output"] == reference[p["index"]]["output"] for p in ps)
         if state.adapter is not None:
@@ -260,3 +273,78 @@ def _summaries(states: list[_State], frozen_name: str) -> dict:
                        update_seconds=float(state.adapter.train_seconds))
         out[state.row.name] = row
     return {"rows": out, "prompts": len(by_name[frozen_name].prompts), "outputs_equal": bool(equal)}
+
+
+def cost_model_check(result: dict, chunk: int) -> dict:
+    """`theory.online_cost` against the live rows: each online row's speedup over the
+    frozen row predicted from its measured parts, beside the measured one.
+
+    Parts (seconds, totals over the row's prompts): the frozen row's round v + d =
+    wall / rounds; per online row the rounds R, the wall W, the online work O
+    (``online_s``), the chunk-end waits A (``wait_s``), the update steps' wall U
+    (``update_s``) over N steps, and the tau gain g = tau / tau_frozen - 1.
+
+    * serial: the decoder-side online work per round besides the steps c = (O - U) / R;
+      predicted `serial_speedup` with v + d from the frozen row and c + U / R seconds of
+      online work a round, (1 + g) (v + d) / (v + d + c + U / R); the check is whether
+      the row's decoding (W - O) / R equals the frozen row's round.
+    * background: the decoder's round beside the worker sigma = (W - A) / (R (v + d))
+      (its own online work included) and the worker's u = U / N; predicted
+      `queued_background_speedup`, per chunk: each chunk takes the larger of the
+      decoder's and the worker's seconds, so the prediction is the frozen wall over
+      the sum of those maxima (equal to (1 + g) / sigma when the worker keeps up).
+
+    Args:
+        result: `run_live_wallclock`'s output (rows with ``per_prompt``). chunk: its prompts per chunk.
+
+    Returns:
+        ``{row name: {"placement", "predicted", "measured", "relative_error", inputs...}}``;
+        ``measured`` is the ratio of total tokens/s (the frozen row's wall over the row's,
+        tokens being equal), the aggregate the model speaks of.
+
+    Raises:
+        ValueError: no frozen row, a row without per-prompt parts (``wait_s``,
+            ``update_s``, ``steps``), or chunk < 1.
+    """
+    from specloop.theory.online_cost import queued_background_speedup, serial_speedup
+    rows = result["rows"]
+    frozen = [name for name, row in rows.items() if row.get("method") is None]
+    if len(frozen) != 1 or int(chunk) < 1:
+        raise ValueError("cost_model_check needs exactly one frozen row and chunk >= 1")
+    ref = rows[frozen[0]]
+    wall_frozen = sum(p["wall_s"] for p in ref["per_prompt"])
+    round_frozen = wall_frozen / max(1, sum(p["rounds"] for p in ref["per_prompt"]))
+    out = {}
+    for name, row in rows.items():
+        if name == frozen[0]:
+            continue
+        ps = row["per_prompt"]
+        if not ps or any(k not in ps[0] for k in ("wait_s", "update_s", "steps")):
+            raise ValueError(f"row {name!r} lacks the per-prompt wait_s / update_s / steps parts")
+        total = {k: sum(p[k] for p in ps) for k in ("rounds", "wall_s", "online_s", "wait_s", "update_s", "steps")}
+        gain = row["tau"] / ref["tau"] - 1
+        per_update = total["update_s"] / max(1.0, total["steps"])
+        measured = wall_frozen / total["wall_s"]
+        if not row["background"]:
+            extra = (total["online_s"] - total["update_s"]) / total["rounds"]
+            predicted = serial_speedup(round_frozen, 0.0, max(0.0, extra) + total["update_s"] / total["rounds"], gain)
+            parts = {"placement": "serial", "decode_seconds_per_round": (total["wall_s"] - total["online_s"])
+                     / total["rounds"], "decoder_online_seconds_per_round": extra}
+        else:
+            decoder = total["wall_s"] - total["wait_s"]
+            sigma = max(1.0, decoder / (total["rounds"] * round_frozen))
+            by_chunk: dict[int, list[float]] = {}
+            for p in ps:
+                c = by_chunk.setdefault(int(p["index"]) // int(chunk), [0.0, 0.0])
+                c[0] += p["wall_s"] - p["wait_s"]
+                c[1] += p["update_s"]
+            predicted = wall_frozen / sum(max(d, u) for d, u in by_chunk.values())
+            parts = {"placement": "background, queued", "slowdown": sigma,
+                     "whole_stream_formula": queued_background_speedup(
+                         round_frozen, 0.0, total["update_s"] / total["rounds"], sigma, gain),
+                     "wait_fraction": total["wait_s"] / total["wall_s"]}
+        out[name] = {**parts, "predicted": predicted, "measured": measured,
+                     "relative_error": predicted / measured - 1, "gain": gain,
+                     "verify_plus_draft_seconds_per_round": round_frozen, "update_seconds_per_step": per_update,
+                     "steps_per_round": total["steps"] / total["rounds"]}
+    return out
