@@ -69,7 +69,7 @@ from typing import Sequence
 
 __all__ = ["GainCurve", "serial_speedup", "serial_break_even_gain", "background_update_interval",
            "background_speedup", "background_break_even_gain", "queued_background_speedup",
-           "queued_break_even_gain", "separate_device_speedup", "placement_speedups"]
+           "queued_break_even_gain", "separate_device_speedup", "placement_speedups", "implied_update_share"]
 
 
 def _positive(name: str, value: float, *, allow_zero: bool = False) -> float:
@@ -257,3 +257,34 @@ def placement_speedups(verify_seconds: float, draft_seconds: float, update_secon
             "separate_device": separate_device_speedup(verify_seconds, draft_seconds, update_seconds, gain_curve,
                                                        publish_seconds, publish_every),
             "gain_every_round": g1}
+
+
+def implied_update_share(speedup_inference: float, speedup_with_training: float) -> dict:
+    """What a paper's two speedups of one online method imply about its update cost.
+
+    With T_f the frozen draft's time on a stream, T_i the online draft's inference time
+    and T_u its training time, S_inf = T_f / T_i and S_train = T_f / (T_i + T_u); T_f
+    cancels in T_u / T_i = S_inf / S_train - 1, the serial update seconds per inference
+    second (u / (m (v + d)) of `serial_speedup`, summed over the stream), and in the wall
+    share of training T_u / (T_i + T_u) = 1 - S_train / S_inf.
+
+    Example (OnlineSpec Tables 1 and 6, Vicuna-7B on A800s): Opt-Hydra on Code-Search,
+    1.31x without and 1.02x with training -> updates cost 0.28 s per inference second,
+    22 % of the wall time.
+
+    Args:
+        speedup_inference: S_inf, online over frozen with training left out (> 0).
+        speedup_with_training: S_train, with training time added (> 0).
+
+    Returns:
+        ``{"update_seconds_per_inference_second": T_u / T_i, "update_wall_share": T_u / (T_i + T_u)}``.
+
+    Raises:
+        ValueError: a speedup not finite and > 0, or S_train > S_inf (training cannot save time).
+    """
+    s_inf = _positive("speedup_inference", speedup_inference)
+    s_train = _positive("speedup_with_training", speedup_with_training)
+    if s_train > s_inf:
+        raise ValueError(f"speedup with training {s_train} exceeds the speedup without it {s_inf}")
+    return {"update_seconds_per_inference_second": s_inf / s_train - 1,
+            "update_wall_share": 1 - s_train / s_inf}

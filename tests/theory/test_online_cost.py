@@ -85,3 +85,18 @@ def test_queued_background_by_hand_and_its_break_even():
         queued_background_speedup(0.04, 0.01, 0.1, 0.9, 0.1)
     with pytest.raises(ValueError):
         queued_background_speedup(0.04, 0.01, 0.1, 1.1, -1.0)
+
+
+def test_implied_update_share_from_two_speedups():
+    from specloop.theory.online_cost import implied_update_share, serial_speedup
+    out = implied_update_share(1.31, 1.02)
+    assert out["update_seconds_per_inference_second"] == pytest.approx(1.31 / 1.02 - 1)
+    assert out["update_wall_share"] == pytest.approx(1 - 1.02 / 1.31)
+    # round trip through the serial model: S_inf = 1 + g and u / (v + d) = rho give back S_train
+    rho = out["update_seconds_per_inference_second"]
+    assert serial_speedup(1.0, 0.0, rho, 0.31) == pytest.approx(1.02)
+    assert implied_update_share(1.1, 1.1)["update_wall_share"] == 0.0
+    with pytest.raises(ValueError, match="exceeds"):
+        implied_update_share(1.0, 1.2)
+    with pytest.raises(ValueError):
+        implied_update_share(0.0, 1.0)
