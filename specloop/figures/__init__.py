@@ -15,6 +15,9 @@ name                  what it shows                                             
                       prompt stream, frozen vs online drafts (OnlineSpec Fig. 3)    (+ stream)
 ``online_substream``  tau per chunk over a held-out ShareGPT sub-stream (answers   realmodels
                       rebuilt by prefill, replayed): frozen Hydra vs Opt-Hydra      (+ stream scale)
+``table1``            OnlineSpec Table 1 from the committed stream-scale replays   results/
+                      (``results/stream_scale*``): gains over frozen drafts with
+                      intervals, tau against T; nothing recomputed
 ``ltd``               LTD depth / verification-size distributions, ablation bars   ltd
                       (simulator)
 ``ltd_real``          LTD on the real decoder: paired speedups over the best        ltd, realmodels
@@ -53,6 +56,8 @@ FIGURES: dict[str, tuple[str, str]] = {
                       "per-chunk mean accepted length and tokens/s, frozen vs online"),
     "online_substream": ("specloop.figures.online_substream",
                          "held-out sub-stream replay: tau per chunk, frozen Hydra vs Opt-Hydra"),
+    "table1": ("specloop.figures.table1",
+               "Table 1 from the committed replays: online vs frozen gains with intervals"),
     "ltd": ("specloop.figures.ltd",
             "LTD depth / verification-size distributions and ablations"),
     "ltd_real": ("specloop.figures.ltd_real",

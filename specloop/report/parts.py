@@ -123,6 +123,7 @@ PARTS: list[Part] = [
          _figure_part("online_stream"), real=True),
     Part("online_substream", "real model: held-out sub-stream replay, frozen Hydra vs Opt-Hydra",
          _figure_part("online_substream"), real=True),
+    Part("table1", "Table 1 from the committed replays: online vs frozen drafts", _figure_part("table1")),
     Part("ltd", "LTD: learned depth / size policies", _figure_part("ltd")),
     Part("ltd_real", "real model: LTD against static trees, replay and transfer",
          _figure_part("ltd_real"), real=True),
