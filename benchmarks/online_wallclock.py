@@ -17,7 +17,9 @@ rows, ``wallclock_vs_frozen`` / ``wallclock_vs_frozen_ci`` (geometric mean of pe
 tokens/s ratios to the frozen row, 95 % interval); ``cost_model``: each online row's speedup
 predicted by `specloop.theory.online_cost` from its measured parts beside the measured one
 (`live_wallclock.cost_model_check`); ``gpu_prediction``: the measured tau gain at the update
-shares the paper's Tables 1 and 6 imply for its A800 deployment (`gpu_prediction`). Exit 2 on bad input, 1 when an
+shares the paper's Tables 1 and 6 imply for its A800 deployment (`gpu_prediction`);
+``what_would_pay``: the update share of a round that would reach 1.05x at the measured gain,
+and the serial speedup at rarer updates (`what_would_pay`). Exit 2 on bad input, 1 when an
 online row's output differed from the frozen row's (greedy decoding must be lossless).
 """
 from __future__ import annotations
@@ -77,6 +79,51 @@ def gpu_prediction(result: dict, method: str) -> dict:
     return out
 
 
+#: the committed replay of the gain against the update interval (off-domain Hydra, 150 prompts)
+UPDATE_EVERY = REPO / "results" / "stream_scale_update_every"
+#: the speedup issue's target: online at least this many times the frozen draft's tokens/s
+TARGET_SPEEDUP = 1.05
+
+
+def _replay_gain_curve(folder: Path = UPDATE_EVERY):
+    """`GainCurve` of Opt-Hydra's paired tau gain against the update interval, from the
+    committed replays ``summary-off-domain-update-every-M.json`` (None if absent)."""
+    from specloop.theory.online_cost import GainCurve
+    points = []
+    for path in sorted(folder.glob("summary-off-domain-update-every-*.json")):
+        summary = json.loads(path.read_text(encoding="utf-8"))
+        methods = summary.get("methods") or summary["off-domain"]["methods"]
+        points.append((int(path.stem.rsplit("-", 1)[1]), float(methods["opt-hydra"]["vs_frozen"]["gain"])))
+    return GainCurve.from_points(points) if points else None
+
+
+def what_would_pay(cost_model: dict, gain_curve=None, intervals=(1, 2, 4, 8, 16, 32)) -> dict:
+    """From the serial row's measured parts: the update seconds per round that would
+    reach `TARGET_SPEEDUP` at the measured gain ((1 + g) / S - 1 of the round, when
+    positive), and the serial speedup (1 + g(m)) (v + d) / (v + d + c + u / m) at other
+    update intervals m (c: sample collection, every round; u: the learner step), with the measured gain (constant in m: an upper bound) and with
+    the replay's gain curve g(m) (`_replay_gain_curve`: measured off-domain)."""
+    from specloop.theory.online_cost import serial_speedup
+    serial = next((c for c in cost_model.values() if c["placement"] == "serial"), None)
+    if serial is None:
+        return {}
+    vd, gain = serial["verify_plus_draft_seconds_per_round"], serial["gain"]
+    collect = max(0.0, serial["decoder_online_seconds_per_round"])       # every round, whatever m
+    step = serial["update_seconds_per_step"] * serial["steps_per_round"]   # once per m rounds
+    needed = (1 + gain) / TARGET_SPEEDUP - 1
+
+    def at(m: int, g: float) -> float:
+        return serial_speedup(vd, 0.0, collect + step / m, g)
+    out = {"sample_seconds_per_round": collect, "step_seconds_per_round": step,
+           "verify_plus_draft_seconds_per_round": vd, "gain": gain, "update_share_of_round": (collect + step) / vd,
+           "update_share_needed": needed if needed > 0 else None,
+           "by_interval_measured_gain": {m: at(m, gain) for m in intervals}}
+    if gain_curve is not None:
+        out["by_interval_replay_curve"] = {m: at(m, gain_curve(m)) for m in intervals}
+        out["replay_curve_points"] = dict(zip(gain_curve.intervals, gain_curve.gains))
+    return out
+
+
 def _prompts(folder: str, every: int, limit: int | None):
     from specloop.realmodels.answers.answer_set import open_answer_set
     answers = open_answer_set(folder)
@@ -121,6 +168,7 @@ def main(argv=None) -> int:
     result.update(settings={**vars(args), "domains": sorted(set(domains)), "prompts_total": len(prompts)},
                   machine=machine_info(), load=load.summary, cost_model=cost_model_check(result, args.chunk),
                   gpu_prediction=gpu_prediction(result, spec.name))
+    result["what_would_pay"] = what_would_pay(result["cost_model"], _replay_gain_curve())
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1), encoding="utf-8")
     for name, row in result["rows"].items():

@@ -20,3 +20,17 @@ def test_prediction_uses_the_serial_rows_gain_and_the_papers_update_share():
     assert code["serial_break_even_gain"] == pytest.approx(rho)
     assert set(out["datasets"]) == set(PAPER_SPEEDUPS["opt-hydra"])
     assert gpu_prediction(result, "osd") == {}               # no paper row for it
+
+
+def test_what_would_pay_scales_only_the_step_with_the_interval():
+    from benchmarks.online_wallclock import TARGET_SPEEDUP, what_would_pay
+    from specloop.theory.online_cost import GainCurve
+    check = {"serial": {"placement": "serial", "verify_plus_draft_seconds_per_round": 1.0, "gain": 0.1,
+                        "decoder_online_seconds_per_round": 0.05, "update_seconds_per_step": 0.2,
+                        "steps_per_round": 1.0}}
+    out = what_would_pay(check, GainCurve.from_points([(1, 0.1), (4, 0.05)]), intervals=(1, 4))
+    assert out["update_share_of_round"] == pytest.approx(0.25)
+    assert out["update_share_needed"] == pytest.approx(1.1 / TARGET_SPEEDUP - 1)
+    assert out["by_interval_measured_gain"][4] == pytest.approx(1.1 / (1 + 0.05 + 0.05))
+    assert out["by_interval_replay_curve"][4] == pytest.approx(1.05 / 1.1)
+    assert what_would_pay({}) == {}
