@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("-k", "--num-draft-tokens", type=int, default=4)
     parser.add_argument("--mode", choices=["round", "chunk"], default="round")
+    parser.add_argument("--update-every", type=int, default=None,
+                        help="round mode: one learner step every N rounds (default: every round)")
     parser.add_argument("--budget-minutes", type=float, default=None)
     parser.add_argument("--out", default="results/online_wallclock/result.json")
     return parser
@@ -124,6 +126,12 @@ def what_would_pay(cost_model: dict, gain_curve=None, intervals=(1, 2, 4, 8, 16,
     return out
 
 
+def _online_settings(args) -> dict:
+    """The online rows' `OnlineConfig` fields; ``update_every`` only when given, so that
+    runs written before the flag existed keep their settings (and resume)."""
+    return {"mode": args.mode, **({} if args.update_every is None else {"update_every": args.update_every})}
+
+
 def _prompts(folder: str, every: int, limit: int | None):
     from specloop.realmodels.answers.answer_set import open_answer_set
     answers = open_answer_set(folder)
@@ -134,8 +142,8 @@ def _prompts(folder: str, every: int, limit: int | None):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
-    if args.every < 1 or args.chunk < 1 or (args.prompts is not None and args.prompts < 1):
-        print("error: --every, --chunk and --prompts must be >= 1", file=sys.stderr)
+    if args.every < 1 or args.chunk < 1 or any(v is not None and v < 1 for v in (args.prompts, args.update_every)):
+        print("error: --every, --chunk, --prompts and --update-every must be >= 1", file=sys.stderr)
         return 2
     try:
         from specloop.realmodels.streams.runner import resolve_method
@@ -162,7 +170,7 @@ def main(argv=None) -> int:
             target, prompts, rows, make_drafter=lambda kind: make_drafter(kind or spec.drafter, target,
                                                                           train_if_missing=False, progress=False),
             chunk=args.chunk, max_new_tokens=int(answers.settings["max_new_tokens"]),
-            num_draft_tokens=args.num_draft_tokens, online={"mode": args.mode}, progress=bar.update,
+            num_draft_tokens=args.num_draft_tokens, online=_online_settings(args), progress=bar.update,
             state_dir=out.with_suffix(".state"), deadline=deadline)
     bar.close()
     result.update(settings={**vars(args), "domains": sorted(set(domains)), "prompts_total": len(prompts)},

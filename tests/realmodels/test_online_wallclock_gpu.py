@@ -34,3 +34,9 @@ def test_what_would_pay_scales_only_the_step_with_the_interval():
     assert out["by_interval_measured_gain"][4] == pytest.approx(1.1 / (1 + 0.05 + 0.05))
     assert out["by_interval_replay_curve"][4] == pytest.approx(1.05 / 1.1)
     assert what_would_pay({}) == {}
+
+
+def test_update_every_enters_the_settings_only_when_given():
+    from benchmarks.online_wallclock import _online_settings, _parser
+    assert _online_settings(_parser().parse_args([])) == {"mode": "round"}     # as runs before the flag
+    assert _online_settings(_parser().parse_args(["--update-every", "8"])) == {"mode": "round", "update_every": 8}
