@@ -50,11 +50,12 @@ def run_one(name: str, out_dir: Path, quick: bool) -> dict:
     from specloop.figures import FigureUnavailable, run_figure
     start = time.perf_counter()
     row = {"name": name, "status": "ok", "reason": "", "images": [], "data": [],
-           "numbers": {}, "seconds": 0.0}
+           "numbers": {}, "claims": [], "notes": [], "seconds": 0.0}
     try:
         result = run_figure(name, out_dir / name, quick=quick)
-        row.update(images=[str(p) for p in result.image_paths],
-                   data=[str(p) for p in result.data_paths], numbers=result.to_dict()["numbers"])
+        as_dict = result.to_dict()
+        row.update(images=[str(p) for p in result.image_paths], data=[str(p) for p in result.data_paths],
+                   numbers=as_dict["numbers"], claims=as_dict["claims"], notes=as_dict["notes"])
     except FigureUnavailable as exc:
         row.update(status="unavailable", reason=str(exc))
     except Exception as exc:  # a real error: report it with its traceback, keep going

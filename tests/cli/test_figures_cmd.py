@@ -30,7 +30,8 @@ def _fake_module(name: str, behaviour: str) -> str:
         data = write_csv(out_dir / "d.csv", [{"x": 1, "y": 2}])
         fig, axes = new_figure()
         axes[0].plot([0, 1], [0, 1])
-        return FigureResult(name, "fake", [data], save_figure(fig, out_dir, name), {"x": 1})
+        return FigureResult(name, "fake", [data], save_figure(fig, out_dir, name), {"x": 1},
+                            claims=[{"claim": "fake_claim", "holds": True, "evidence": "e"}], notes=["a note"])
     module = types.ModuleType(f"fake_fig_{name}")
     module.main = main
     sys.modules[module.__name__] = module
@@ -54,6 +55,9 @@ def test_all_reports_unavailable_and_continues(fake_registry, monkeypatch, tmp_p
     assert rows["ok"]["status"] == "ok"
     assert any(p.endswith(".png") for p in rows["ok"]["images"])
     assert (tmp_path / "ok" / "ok.svg").exists()
+    # --json carries the verdicts and notes, not only the numbers
+    assert rows["ok"]["claims"][0]["claim"] == "fake_claim" and rows["ok"]["notes"] == ["a note"]
+    assert rows["unavailable"]["claims"] == []
 
 
 def test_real_error_exits_nonzero(fake_registry, tmp_path, capsys):

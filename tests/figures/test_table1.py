@@ -12,16 +12,16 @@ from specloop.figures import table1
 def _summary(gain, lo, hi, n, per_domain=None):
     vs = {"frozen": "hydra", "n": n, "gain": gain, "gain_ci": [lo, hi],
           "per_domain": {f"sharegpt-{d}": {"gain": g} for d, g in (per_domain or {}).items()}}
-    return {"in-domain": {"methods": {
+    return {"protocol": "in-domain", "methods": {
         "hydra": {"label": "Hydra", "mean_accepted_length": 1.7, "seeds": [1.7], "tau_vs_T": {"10": 1.7}},
         "opt-hydra": {"label": "Opt-Hydra", "mean_accepted_length": 1.7 * (1 + gain), "seeds": [1.8, 1.8],
                       "speedup": 1.03, "speedup_with_training": 0.6, "update_seconds": 7200.0,
-                      "tau_vs_T": {"10": 1.8}, "vs_frozen": vs}}}}
+                      "tau_vs_T": {"10": 1.8}, "vs_frozen": vs}}}
 
 
-def _write(root, folder, summary):
-    (root / folder).mkdir(parents=True)
-    (root / folder / "summary.json").write_text(json.dumps(summary))
+def _write(root, folder, summary, variant=""):
+    (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / folder / f"summary-in-domain{variant}.json").write_text(json.dumps(summary))
 
 
 def test_rows_and_claims_take_the_largest_run(tmp_path):
@@ -38,7 +38,7 @@ def test_rows_and_claims_take_the_largest_run(tmp_path):
     beats, paper = claims.values()
     assert beats["n"] == 400 and beats["verdict"] == "holds"           # [1.03, 1.07] above 1
     assert paper["verdict"] == "does not hold"                         # ... and below 1.2
-    assert "stream_scale_big" in beats["evidence"] and "+8.0 %" in beats["evidence"]
+    assert beats["evidence"].startswith("results/stream_scale_big: 400 prompts, 2 seed(s); per domain +8.0 % / +4.0 % / -")
 
 
 def test_the_committed_results_give_the_whole_stream_verdict(tmp_path):
@@ -64,3 +64,12 @@ def test_it_is_a_report_part_that_runs_no_model():
     from specloop.report.parts import PARTS
     part = next(p for p in PARTS if p.name == "table1")
     assert not part.real
+
+
+def test_variants_are_named_and_copied_runs_kept_once(tmp_path):
+    _write(tmp_path, "stream_scale_a", _summary(0.05, 0.03, 0.07, 400))
+    _write(tmp_path, "stream_scale_b", _summary(0.05, 0.03, 0.07, 400))              # a copy of a
+    _write(tmp_path, "stream_scale_a", _summary(0.02, 0.00, 0.04, 400), variant="-update-every-4")
+    rows = table1.table_rows(tmp_path)
+    assert [(r["run"], r["also_in"]) for r in rows] == [("stream_scale_a", "stream_scale_b"),
+                                                         ("stream_scale_a:update-every-4", "")]
