@@ -27,7 +27,7 @@ import torch
 
 from specloop.realmodels.drafters.base import Drafter
 from specloop.realmodels.kvcache import check_tree_attention, model_forward
-from specloop.realmodels.padding import calibrate_verify_widths, check_widths
+from specloop.realmodels.padding import calibrate_verify_widths, check_widths, sync_for_device
 from specloop.realmodels.policy import FixedDraftPolicy
 from specloop.realmodels.sampling import SamplingConfig, check_logits_sum
 from specloop.realmodels.session import DecodeSession, GenerationResult
@@ -120,14 +120,14 @@ def compile_verify_forward(model):
 
 
 class _Clock:
-    """Wall clock that synchronises CUDA before reading."""
+    """Wall clock that waits for the device (CUDA, MPS: `padding.sync_for_device`) before reading."""
 
     def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
+        self.sync = sync_for_device(device)
 
     def __call__(self) -> float:
-        if self.cuda:
-            torch.cuda.synchronize()
+        if self.sync is not None:
+            self.sync()
         return time.perf_counter()
 
 

@@ -26,7 +26,7 @@ from specloop.realmodels.kvcache import (cache_length, causal_forward, keep_posi
 from specloop.realmodels.tree import verify_block_inputs
 
 __all__ = ["calibrate_verify_widths", "measure_verify_cost", "pad_block", "check_widths", "target_device",
-           "device_sync"]
+           "device_sync", "sync_for_device"]
 
 
 def check_widths(widths: dict) -> dict[int, int]:
@@ -97,7 +97,11 @@ def target_device(target) -> torch.device | None:
 def device_sync(target):
     """A callable that waits for ``target``'s device (``torch.cuda.synchronize`` on CUDA,
     ``torch.mps.synchronize`` on MPS), or None where work is synchronous (the CPU)."""
-    device = target_device(target)
+    return sync_for_device(target_device(target))
+
+
+def sync_for_device(device: torch.device | None):
+    """`device_sync` for a device itself (None: no device)."""
     kind = None if device is None else device.type
     if kind == "cuda":
         return torch.cuda.synchronize

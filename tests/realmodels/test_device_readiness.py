@@ -218,3 +218,13 @@ def test_hedge_times_each_source_between_device_syncs():
     from specloop.strategies.base import DraftPlan
     hedge.propose(DraftRequest(prompt, DraftPlan(4), 16, SamplingConfig(0.0), torch.Generator()))
     assert len(syncs) == 4                                    # before and after each of the two sources
+
+
+def test_the_decoders_clock_waits_for_the_device_it_times():
+    from specloop.realmodels.decoder import _Clock
+    from specloop.realmodels.padding import sync_for_device
+    assert sync_for_device(None) is None and sync_for_device(torch.device("cpu")) is None
+    assert sync_for_device(torch.device("cuda")) is torch.cuda.synchronize
+    assert sync_for_device(torch.device("mps")) is torch.mps.synchronize
+    assert _Clock(torch.device("cpu")).sync is None
+    assert _Clock(torch.device("mps")).sync is torch.mps.synchronize     # not only CUDA
