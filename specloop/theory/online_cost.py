@@ -80,6 +80,21 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> float:
     return value
 
 
+def _round(verify_seconds: float, draft_seconds: float, update_seconds: float) -> tuple[float, float]:
+    """Validated (v + d, u): v > 0, d >= 0, u >= 0 seconds."""
+    v = _positive("verify_seconds", verify_seconds)
+    d = _positive("draft_seconds", draft_seconds, allow_zero=True)
+    return v + d, _positive("update_seconds", update_seconds, allow_zero=True)
+
+
+def _slowdown(slowdown: float) -> float:
+    """Validated sigma >= 1."""
+    sigma = _positive("slowdown", slowdown)
+    if sigma < 1:
+        raise ValueError(f"slowdown must be >= 1 (decoding alone on all cores is the reference), got {slowdown}")
+    return sigma
+
+
 @dataclass(frozen=True)
 class GainCurve:
     """The relative tau gain g(m) of online over frozen against the update interval m.
@@ -135,35 +150,30 @@ def serial_speedup(verify_seconds: float, draft_seconds: float, update_seconds: 
         update_seconds: u, seconds per update (>= 0). gain: g at this interval (> -1).
         update_every: m, rounds per update (>= 1).
     """
-    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
-    u = _positive("update_seconds", update_seconds, allow_zero=True)
+    vd, u = _round(verify_seconds, draft_seconds, update_seconds)
     m = float(update_every)
     if not m >= 1:
         raise ValueError(f"update_every must be >= 1 round, got {update_every}")
     if not gain > -1:
         raise ValueError(f"gain must be > -1, got {gain}")
-    return (1 + gain) * (v + d) / (v + d + u / m)
+    return (1 + gain) * vd / (vd + u / m)
 
 
 def serial_break_even_gain(verify_seconds: float, draft_seconds: float, update_seconds: float,
                            update_every: float = 1.0) -> float:
     """The tau gain at which serial updates break even: u / (m (v + d))."""
-    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
-    u = _positive("update_seconds", update_seconds, allow_zero=True)
+    vd, u = _round(verify_seconds, draft_seconds, update_seconds)
     if not float(update_every) >= 1:
         raise ValueError(f"update_every must be >= 1 round, got {update_every}")
-    return u / (float(update_every) * (v + d))
+    return u / (float(update_every) * vd)
 
 
 def background_update_interval(verify_seconds: float, draft_seconds: float, update_seconds: float,
                                slowdown: float) -> float:
     """m_bg = max(1, u_bg / (sigma (v + d))): rounds between background updates."""
-    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
-    u = _positive("update_seconds", update_seconds, allow_zero=True)
-    sigma = _positive("slowdown", slowdown)
-    if sigma < 1:
-        raise ValueError(f"slowdown must be >= 1 (decoding alone on all cores is the reference), got {slowdown}")
-    return max(1.0, u / (sigma * (v + d)))
+    vd, u = _round(verify_seconds, draft_seconds, update_seconds)
+    sigma = _slowdown(slowdown)
+    return max(1.0, u / (sigma * vd))
 
 
 def background_speedup(verify_seconds: float, draft_seconds: float, update_seconds: float, slowdown: float,
@@ -182,10 +192,7 @@ def background_speedup(verify_seconds: float, draft_seconds: float, update_secon
 
 def background_break_even_gain(slowdown: float) -> float:
     """The tau gain at which background updates on shared cores break even: sigma - 1."""
-    sigma = _positive("slowdown", slowdown)
-    if sigma < 1:
-        raise ValueError(f"slowdown must be >= 1, got {slowdown}")
-    return sigma - 1
+    return _slowdown(slowdown) - 1
 
 
 def queued_background_speedup(verify_seconds: float, draft_seconds: float, update_seconds: float,
@@ -199,25 +206,19 @@ def queued_background_speedup(verify_seconds: float, draft_seconds: float, updat
         slowdown: sigma >= 1, the decoder's round time beside the busy worker over its
             round time alone. gain: g, the tau gain of the late per-round updates (> -1).
     """
-    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
-    u = _positive("update_seconds", update_seconds, allow_zero=True)
-    sigma = _positive("slowdown", slowdown)
-    if sigma < 1:
-        raise ValueError(f"slowdown must be >= 1, got {slowdown}")
+    vd, u = _round(verify_seconds, draft_seconds, update_seconds)
+    sigma = _slowdown(slowdown)
     if not gain > -1:
         raise ValueError(f"gain must be > -1, got {gain}")
-    return (1 + gain) * (v + d) / max(sigma * (v + d), u)
+    return (1 + gain) * vd / max(sigma * vd, u)
 
 
 def queued_break_even_gain(verify_seconds: float, draft_seconds: float, update_seconds: float,
                            slowdown: float) -> float:
     """The tau gain at which queued background updates break even: max(sigma, u_bg / (v + d)) - 1."""
-    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
-    u = _positive("update_seconds", update_seconds, allow_zero=True)
-    sigma = _positive("slowdown", slowdown)
-    if sigma < 1:
-        raise ValueError(f"slowdown must be >= 1, got {slowdown}")
-    return max(sigma, u / (v + d)) - 1
+    vd, u = _round(verify_seconds, draft_seconds, update_seconds)
+    sigma = _slowdown(slowdown)
+    return max(sigma, u / vd) - 1
 
 
 def separate_device_speedup(verify_seconds: float, draft_seconds: float, update_seconds: float,
@@ -229,13 +230,12 @@ def separate_device_speedup(verify_seconds: float, draft_seconds: float, update_
         publish_seconds: seconds the decoder spends installing published weights.
         publish_every: N, updates per publication (int >= 1).
     """
-    v, d = _positive("verify_seconds", verify_seconds), _positive("draft_seconds", draft_seconds, allow_zero=True)
-    u = _positive("update_seconds", update_seconds, allow_zero=True)
+    vd, u = _round(verify_seconds, draft_seconds, update_seconds)
     c = _positive("publish_seconds", publish_seconds, allow_zero=True)
     if int(publish_every) != publish_every or publish_every < 1:
         raise ValueError(f"publish_every must be an int >= 1, got {publish_every}")
-    m = max(1.0, u / (v + d))
-    return (1 + gain_curve(m)) * (v + d) / (v + d + c / (publish_every * m))
+    m = max(1.0, u / vd)
+    return (1 + gain_curve(m)) * vd / (vd + c / (publish_every * m))
 
 
 def placement_speedups(verify_seconds: float, draft_seconds: float, update_seconds: float, slowdown: float,
