@@ -65,11 +65,12 @@ def gpu_prediction(result: dict, method: str) -> dict:
     assumed to carry over to a 7B target); serial on the paper's hardware
     (1 + g) / (1 + rho), on a separate device 1 + g (publishing assumed free, updates
     landing every round); and the gain the paper's update share needs to break even."""
+    from specloop.realmodels.streams.live_wallclock import frozen_row
     from specloop.theory.online_cost import implied_update_share, serial_speedup
     serial = next((row for row in result["rows"].values() if row.get("method") and not row["background"]), None)
-    frozen = next(row for row in result["rows"].values() if row.get("method") is None)
     if serial is None or method not in PAPER_SPEEDUPS:
         return {}
+    frozen = frozen_row(result)[1]
     gain = serial["tau"] / frozen["tau"] - 1
     out = {"gain_measured_here": gain, "separate_device": 1 + gain, "datasets": {}}
     for name, (s_inf, s_train) in PAPER_SPEEDUPS[method].items():

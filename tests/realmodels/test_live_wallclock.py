@@ -110,3 +110,7 @@ def test_the_cost_model_check_by_hand():
     assert b["predicted"] == pytest.approx(20 / (12.0 + 9.6))    # per chunk: max(9.6, 12) + max(9.6, 6)
     with pytest.raises(ValueError, match="wait_s"):
         cost_model_check({"rows": {"frozen": frozen, "x": {**serial, "per_prompt": [{"rounds": 1}]}}}, chunk=1)
+    with pytest.raises(ValueError, match="exactly one frozen row, not 2"):
+        cost_model_check({"rows": {"a": frozen, "b": frozen, "serial": serial}}, chunk=1)
+    with pytest.raises(ValueError, match="chunk >= 1"):
+        cost_model_check({"rows": {"frozen": frozen, "serial": serial}}, chunk=0)

@@ -275,6 +275,19 @@ def _summaries(states: list[_State], frozen_name: str) -> dict:
     return {"rows": out, "prompts": len(by_name[frozen_name].prompts), "outputs_equal": bool(equal)}
 
 
+def frozen_row(result: dict) -> tuple[str, dict]:
+    """The pairing reference of a live result: ``(name, row)`` of its one row without a
+    method (`run_live_wallclock`'s rows, or a committed JSON's).
+
+    Raises:
+        ValueError: no frozen row, or more than one.
+    """
+    frozen = [(name, row) for name, row in result["rows"].items() if row.get("method") is None]
+    if len(frozen) != 1:
+        raise ValueError(f"a live result needs exactly one frozen row, not {len(frozen)}")
+    return frozen[0]
+
+
 def cost_model_check(result: dict, chunk: int) -> dict:
     """`theory.online_cost` against the live rows: each online row's speedup over the
     frozen row predicted from its measured parts, beside the measured one.
@@ -307,16 +320,15 @@ def cost_model_check(result: dict, chunk: int) -> dict:
             ``update_s``, ``steps``), or chunk < 1.
     """
     from specloop.theory.online_cost import queued_background_speedup, serial_speedup
+    if int(chunk) < 1:
+        raise ValueError("cost_model_check needs chunk >= 1")
     rows = result["rows"]
-    frozen = [name for name, row in rows.items() if row.get("method") is None]
-    if len(frozen) != 1 or int(chunk) < 1:
-        raise ValueError("cost_model_check needs exactly one frozen row and chunk >= 1")
-    ref = rows[frozen[0]]
+    frozen_name, ref = frozen_row(result)
     wall_frozen = sum(p["wall_s"] for p in ref["per_prompt"])
     round_frozen = wall_frozen / max(1, sum(p["rounds"] for p in ref["per_prompt"]))
     out = {}
     for name, row in rows.items():
-        if name == frozen[0]:
+        if name == frozen_name:
             continue
         ps = row["per_prompt"]
         if not ps or any(k not in ps[0] for k in ("wait_s", "update_s", "steps")):
