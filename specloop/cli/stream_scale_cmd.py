@@ -33,6 +33,8 @@ def register_scale(sub) -> None:
                         help="protocol and its drafts folder (default: off-domain with the shipped drafts)")
     parser.add_argument("--method", default="hydra,osd-hydra,opt-hydra,eagle3,ens-eagle3")
     parser.add_argument("--seeds", type=int, default=1, help="seeds per online method")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="the online methods' first seed (default 0): --first-seed 1 --seeds 2 runs seeds 1 and 2")
     parser.add_argument("--method-seeds", action="append", default=[], metavar="METHOD=N",
                         help="seeds for one method instead of --seeds (repeatable), e.g. ens-eagle3=1")
     parser.add_argument("--lr-grid", action="append", default=[], metavar="METHOD=LR:LR",
@@ -113,7 +115,7 @@ def _grid(args):
     online = {k: v for k, v in online_flags(args).items() if k != "background"}   # replays refuse it
     jobs = plan_jobs(protocols, [m for m in args.method.split(",") if m.strip()], seeds=args.seeds,
                      lr_grid=_lr_grid(args.lr_grid), chunk=args.chunk, online=online,
-                     method_seeds=_method_seeds(args.method_seeds))
+                     method_seeds=_method_seeds(args.method_seeds), first_seed=args.first_seed)
     settings = GridSettings(recording=str(args.recording), out=args.out, prompts=args.prompts, every=args.every,
                             num_draft_tokens=args.num_draft_tokens, cost_table=args.cost_table, threads=args.threads,
                             snapshot_chunks=args.snapshot_chunks, deadline=_deadline(args.budget_minutes))

@@ -30,6 +30,10 @@ def test_plan_jobs_seeds_learning_rates_and_paper_chunks():
                                              "opt-hydra-s2"]
     with pytest.raises(ValueError, match="seeds"):
         plan_jobs({"p": None}, ["opt-hydra"], method_seeds={"opt-hydra": 0})
+    later = plan_jobs({"p": None}, ["hydra", "opt-hydra"], seeds=2, first_seed=1)   # seeds added to a seed-0 run
+    assert sorted(j.name for j in later) == ["hydra-s0", "opt-hydra-s1", "opt-hydra-s2"]
+    with pytest.raises(ValueError, match="first_seed"):
+        plan_jobs({"p": None}, ["opt-hydra"], first_seed=-1)
     with pytest.raises(ValueError, match="learning rates"):
         plan_jobs({"p": None}, ["ogd-hydra"], lr_grid={"ogd-hydra": [0.0]})
     with pytest.raises(ValueError, match="unknown method"):

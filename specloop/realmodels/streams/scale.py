@@ -75,9 +75,10 @@ class ScaleJob:
 
 def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds: int = 1,
               lr_grid: dict[str, Sequence[float]] | None = None, chunk: int | None = None,
-              online: dict | None = None, method_seeds: dict[str, int] | None = None) -> list[ScaleJob]:
+              online: dict | None = None, method_seeds: dict[str, int] | None = None,
+              first_seed: int = 0) -> list[ScaleJob]:
     """The grid's jobs: every protocol x method; online methods get ``seeds`` seeds
-    (0..seeds-1; a frozen draft's rounds do not depend on the seed, so it gets seed 0
+    (first_seed..first_seed+seeds-1; a frozen draft's rounds do not depend on the seed, so it gets seed 0
     only) and, when ``lr_grid`` names them, one job per learning rate as well as
     their default-rate job; a method only ``lr_grid`` names gets its learning-rate
     jobs alone (seed 0).
@@ -87,12 +88,14 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
         methods: method names. seeds: seeds per online method (>= 1).
         method_seeds: method name -> seeds for that method instead of ``seeds``
             (e.g. 3 seeds for the headline rows, 1 for the costly contenders).
+        first_seed: the online methods' first seed (>= 0), so that more seeds can be
+            added in a later run (seeds 1, 2 after a run of seed 0).
         lr_grid: method name -> learning rates to add.
         chunk: prompts per chunk for every job (None = `paper_chunk`).
         online: `OnlineConfig` fields shared by every job.
 
     Raises:
-        ValueError: no protocol or method, seeds < 1, an unknown method, a
+        ValueError: no protocol or method, seeds < 1, first_seed < 0, an unknown method, a
             non-positive learning rate or chunk, a learning-rate grid for a frozen draft.
     """
     from specloop.realmodels.streams.runner import BASELINE, resolve_method
@@ -101,6 +104,8 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
     per_method = {resolve_method(k).name: int(v) for k, v in (method_seeds or {}).items()}
     if int(seeds) < 1 or any(v < 1 for v in per_method.values()):
         raise ValueError(f"seeds must be >= 1, got {seeds} and {method_seeds}")
+    if int(first_seed) < 0:
+        raise ValueError(f"first_seed must be >= 0, got {first_seed}")
     if chunk is not None and int(chunk) < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     grid = {resolve_method(k).name: [float(x) for x in v] for k, v in (lr_grid or {}).items()}
@@ -124,7 +129,7 @@ def plan_jobs(protocols: dict[str, str | None], methods: Sequence[str], *, seeds
                 continue
             if spec.name not in grid_only:
                 jobs.extend(dataclasses.replace(base, seed=seed)
-                            for seed in range(per_method.get(spec.name, int(seeds))))
+                            for seed in range(int(first_seed), int(first_seed) + per_method.get(spec.name, int(seeds))))
             jobs.extend(dataclasses.replace(base, lr=lr) for lr in grid.get(spec.name, ()))
     return jobs
 
