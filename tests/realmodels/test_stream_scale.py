@@ -95,6 +95,9 @@ def test_protocol_summary_and_targets_are_computed_from_the_records(tmp_path):
     summary = protocol_summary(results, _summary([1.0] * 8, 8.0), domains, "p")
     opt = summary["methods"]["opt-hydra"]
     assert opt["seeds"] == pytest.approx([1.3 * 1.35, 1.2 * 1.35], rel=0.02)
+    by_seed = opt["per_prompt_by_seed"]                                  # kept per seed, column-wise
+    assert set(by_seed) == {"0", "1"} and by_seed["1"]["index"] == list(range(8))
+    assert by_seed["1"]["tokens"] == [round(10 * t * 1.2) for t in frozen] and by_seed["0"]["rounds"] == [10] * 8
     assert opt["speedup"] == pytest.approx(14 / 8) and opt["speedup_with_training"] == pytest.approx(14 * 0.9 / 8)
     assert opt["vs_frozen"]["frozen"] == "hydra" and opt["vs_frozen"]["gain"] == pytest.approx(0.25, abs=0.01)
     assert opt["vs_frozen"]["gain_ci"][0] > 0.2 and set(opt["vs_frozen"]["per_domain"]) == {"a", "b"}

@@ -8,7 +8,9 @@ Per protocol (``summary-<protocol>.json``; all protocols in ``summary.json``):
   ``seeds`` (tau of each seed), ``speedup`` / ``speedup_with_training`` (replayed
   tokens/s over the greedy baseline's, update time excluded / included; App. B.2's
   asynchronous and serial prices), ``per_chunk`` / ``per_domain`` (tau, seed mean),
-  ``tau_vs_T`` (tau over the first T prompts), ``update_seconds``, and for an online
+  ``tau_vs_T`` (tau over the first T prompts), ``update_seconds``,
+  ``per_prompt_by_seed`` ({seed: {"index", "rounds", "tokens"}: int lists, one entry a
+  prompt}, so that runs of other seeds can be pooled with this one later), and for an online
   method ``vs_frozen`` (`specloop.stats.paired_gain` of the per-prompt tau pooled over
   seeds against the frozen draft: ``gain``, ``gain_ci``, ``wilcoxon_p``, per domain).
 * ``lr_grid[m]``: {learning rate: tau} of the learning-rate jobs (Table 5 (i)-(ii));
@@ -54,7 +56,12 @@ def _tau(rows: Sequence[dict], upto: int | None = None) -> float:
     return sum(p["tokens"] for p in chosen) / rounds if rounds else math.nan
 
 
-def _method_row(summaries: list[dict], base_tps: float, domains: list[str]) -> dict:
+def _per_prompt(rows: Sequence[dict]) -> dict:
+    """One seed's per-prompt record, column-wise: stream ``index``, ``rounds``, ``tokens``."""
+    return {key: [int(p[key]) for p in rows] for key in ("index", "rounds", "tokens")}
+
+
+def _method_row(summaries: list[dict], base_tps: float, domains: list[str], seeds: Sequence[int]) -> dict:
     from specloop.realmodels.streams.compare import domain_accepted_length
     taus = [s["mean_accepted_length"] for s in summaries]
     pooled = _pooled([s["prompts"] for s in summaries])
@@ -67,6 +74,7 @@ def _method_row(summaries: list[dict], base_tps: float, domains: list[str]) -> d
             "per_chunk": [float(x) for x in chunks],
             "per_domain": domain_accepted_length(pooled, domains),
             "tau_vs_T": {str(t): _tau(pooled, t) for t in t_grid(len(domains))},
+            "per_prompt_by_seed": {str(seed): _per_prompt(s["prompts"]) for seed, s in zip(seeds, summaries)},
             "prompts": pooled}
 
 
@@ -82,7 +90,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
     from specloop.realmodels.streams.runner import frozen_method, resolve_method
     from specloop.stats import paired_gain
     base_tps = baseline["tokens_per_s"]
-    grouped: dict[str, list[dict]] = {}
+    grouped: dict[str, list[tuple[int, dict]]] = {}
     lr_grid: dict[str, dict[str, float]] = {}
     lr_prompts: dict[str, dict[str, list[dict]]] = {}
     failed = {}
@@ -90,11 +98,12 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
         if isinstance(value, Exception):
             failed[job.name] = str(value)
         elif job.lr is None:
-            grouped.setdefault(job.method, []).append(value)
+            grouped.setdefault(job.method, []).append((job.seed, value))
         else:
             lr_grid.setdefault(job.method, {})[f"{job.lr:g}"] = value["mean_accepted_length"]
             lr_prompts.setdefault(job.method, {})[f"{job.lr:g}"] = value["prompts"]
-    methods = {name: {"label": resolve_method(name).label, **_method_row(rows, base_tps, domains)}
+    methods = {name: {"label": resolve_method(name).label,
+                      **_method_row([v for _, v in rows], base_tps, domains, [seed for seed, _ in rows])}
                for name, rows in grouped.items()}
     for name, row in methods.items():
         spec = resolve_method(name)
