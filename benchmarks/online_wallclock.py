@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mode", choices=["round", "chunk"], default="round")
     parser.add_argument("--update-every", type=int, default=None,
                         help="round mode: one learner step every N rounds (default: every round)")
+    parser.add_argument("--ensemble-losses", choices=["exact", "linearised"], default="exact",
+                        help="ensembles (ens-eagle3): exact = each base learner's own loss (the paper); "
+                             "linearised = one gradient a round (the Ader / Sword++ surrogate, about half the cost)")
     parser.add_argument("--budget-minutes", type=float, default=None)
     parser.add_argument("--out", default="results/online_wallclock/result.json")
     return parser
@@ -128,9 +131,11 @@ def what_would_pay(cost_model: dict, gain_curve=None, intervals=(1, 2, 4, 8, 16,
 
 
 def _online_settings(args) -> dict:
-    """The online rows' `OnlineConfig` fields; ``update_every`` only when given, so that
-    runs written before the flag existed keep their settings (and resume)."""
-    return {"mode": args.mode, **({} if args.update_every is None else {"update_every": args.update_every})}
+    """The online rows' `OnlineConfig` fields; ``update_every`` only when given and
+    ``ensemble_losses`` only when not the paper's exact losses, so that runs written
+    before the flags existed keep their settings (and resume)."""
+    return {"mode": args.mode, **({} if args.update_every is None else {"update_every": args.update_every}),
+            **({} if args.ensemble_losses == "exact" else {"ensemble_losses": args.ensemble_losses})}
 
 
 def _prompts(folder: str, every: int, limit: int | None):

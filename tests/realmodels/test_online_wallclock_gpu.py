@@ -36,7 +36,10 @@ def test_what_would_pay_scales_only_the_step_with_the_interval():
     assert what_would_pay({}) == {}
 
 
-def test_update_every_enters_the_settings_only_when_given():
+def test_update_every_and_ensemble_losses_enter_the_settings_only_when_not_default():
     from benchmarks.online_wallclock import _online_settings, _parser
     assert _online_settings(_parser().parse_args([])) == {"mode": "round"}     # as runs before the flag
     assert _online_settings(_parser().parse_args(["--update-every", "8"])) == {"mode": "round", "update_every": 8}
+    linearised = _parser().parse_args(["--method", "ens-eagle3", "--ensemble-losses", "linearised"])
+    assert _online_settings(linearised) == {"mode": "round", "ensemble_losses": "linearised"}
+    assert _online_settings(_parser().parse_args(["--ensemble-losses", "exact"])) == {"mode": "round"}
