@@ -61,8 +61,9 @@ def _per_prompt(rows: Sequence[dict]) -> dict:
     return {key: [int(p[key]) for p in rows] for key in ("index", "rounds", "tokens")}
 
 
-def _method_row(summaries: list[dict], base_tps: float, domains: list[str], seeds: Sequence[int]) -> dict:
+def _method_row(by_seed: dict[int, dict], base_tps: float, domains: list[str]) -> dict:
     from specloop.realmodels.streams.compare import domain_accepted_length
+    summaries = list(by_seed.values())
     taus = [s["mean_accepted_length"] for s in summaries]
     pooled = _pooled([s["prompts"] for s in summaries])
     chunks = [np.mean([c[i]["mean_accepted_length"] for c in (s["chunks"] for s in summaries)])
@@ -74,7 +75,7 @@ def _method_row(summaries: list[dict], base_tps: float, domains: list[str], seed
             "per_chunk": [float(x) for x in chunks],
             "per_domain": domain_accepted_length(pooled, domains),
             "tau_vs_T": {str(t): _tau(pooled, t) for t in t_grid(len(domains))},
-            "per_prompt_by_seed": {str(seed): _per_prompt(s["prompts"]) for seed, s in zip(seeds, summaries)},
+            "per_prompt_by_seed": {str(seed): _per_prompt(s["prompts"]) for seed, s in by_seed.items()},
             "prompts": pooled}
 
 
@@ -90,7 +91,7 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
     from specloop.realmodels.streams.runner import frozen_method, resolve_method
     from specloop.stats import paired_gain
     base_tps = baseline["tokens_per_s"]
-    grouped: dict[str, list[tuple[int, dict]]] = {}
+    grouped: dict[str, dict[int, dict]] = {}
     lr_grid: dict[str, dict[str, float]] = {}
     lr_prompts: dict[str, dict[str, list[dict]]] = {}
     failed = {}
@@ -98,13 +99,12 @@ def protocol_summary(results: dict, baseline: dict, domains: list[str], protocol
         if isinstance(value, Exception):
             failed[job.name] = str(value)
         elif job.lr is None:
-            grouped.setdefault(job.method, []).append((job.seed, value))
+            grouped.setdefault(job.method, {})[job.seed] = value
         else:
             lr_grid.setdefault(job.method, {})[f"{job.lr:g}"] = value["mean_accepted_length"]
             lr_prompts.setdefault(job.method, {})[f"{job.lr:g}"] = value["prompts"]
-    methods = {name: {"label": resolve_method(name).label,
-                      **_method_row([v for _, v in rows], base_tps, domains, [seed for seed, _ in rows])}
-               for name, rows in grouped.items()}
+    methods = {name: {"label": resolve_method(name).label, **_method_row(by_seed, base_tps, domains)}
+               for name, by_seed in grouped.items()}
     for name, row in methods.items():
         spec = resolve_method(name)
         frozen = frozen_method(spec)
