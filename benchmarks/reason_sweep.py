@@ -15,7 +15,8 @@ correction for picking the best of several (read it as optimistic), and the repo
 Table 2 row is then run on the held-out prompts, not taken from here.
 
 Resumable (each setting is a runner folder under ``--work``; ``--budget-minutes``
-stops at a lockstep-group boundary with exit 3; rerun the same command)::
+stops within that many minutes at a lockstep-group boundary, a group starting only when it
+is predicted to end in time, with exit 3; rerun the same command)::
 
     OMP_NUM_THREADS=1 python benchmarks/reason_sweep.py --tasks arith,gsm8k --prompts 40 \\
         --lrs 5e-7,1e-5,1e-4 --intervals 20,5 --max-new-tokens 256 --batch-prompts 8 \\

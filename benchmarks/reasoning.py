@@ -281,7 +281,8 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-prompts", type=int, default=1, help="prompts of a chunk served in lockstep")
     parser.add_argument("--timed", type=int, default=20, help="prompts served alone for timing (lockstep runs)")
     parser.add_argument("--budget-minutes", type=float, default=None,
-                        help="stop at a lockstep-group boundary after this many minutes (exit 3; rerun to go on)")
+                        help="stop within this many minutes at a lockstep-group boundary: a group starts only when "
+                             "it is predicted to end in time (exit 3; rerun to go on)")
     parser.add_argument("--chunk", type=int, default=25)
     parser.add_argument("--gamma", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=96)

@@ -73,7 +73,8 @@ def register(subparsers) -> None:
     parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     parser.add_argument("--seed", type=int, default=0, help="seed of the arithmetic problems")
     parser.add_argument("--budget-minutes", type=float, default=None,
-                        help="start no prompt after this many minutes; exit 3 with the state saved (rerun to go on)")
+                        help="stop within this many minutes: a prompt or lockstep group starts only when it is "
+                             "predicted to end in time; exit 3 with the state saved (rerun to go on)")
     parser.add_argument("--out", default="results/reason", help="results folder (resumable)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from specloop.realmodels.reasoning.judge import ExactMatchJudge
-from specloop.realmodels.reasoning.runner import (ReasonConfig, ReasonRunner, add_speedups, read_records,
-                                                  resolve_methods)
+from specloop.realmodels.reasoning.runner import (ReasonConfig, ReasonRunner, add_speedups, fitting_group,
+                                                  read_records, resolve_methods)
 from tests.realmodels.reasoning_util import contains_answer, sum_items, target_and_draft
 
 CONFIG = ReasonConfig(chunk=2, num_draft_steps=2, max_new_tokens=12, max_step_tokens=6, lr=3e-2, epochs=2,
@@ -115,3 +115,31 @@ def test_step_delimiter_is_a_setting_and_older_runs_resume(models, tmp_path):
         _runner(models, tmp_path / "full", config=newline).run_method("lr")
     with pytest.raises(ValueError, match="unknown step delimiter"):
         ReasonConfig(step_delimiter="tab")
+
+
+@pytest.mark.parametrize("size, width, per_prompt, remaining, expected", [
+    (24, 8, None, 60.0, 8),        # nothing measured yet: one wave, to measure it
+    (3, 8, None, 60.0, 3),
+    (24, 8, None, 0.0, 0),         # deadline passed
+    (24, 8, 10.0, 1000.0, 24),     # the whole group fits
+    (24, 8, 10.0, 150.0, 15),      # shrunk to what fits
+    (24, 8, 10.0, 79.0, 0),        # not even one wave (8 x 10 s) fits
+    (2, 8, 10.0, 79.0, 0),         # a short wave still costs about a full one
+    (2, 8, 10.0, 80.0, 2),
+    (1, 1, 30.0, 31.0, 1),         # prompts served alone
+    (1, 1, 30.0, 29.0, 0),
+    (0, 8, 1.0, 100.0, 0),
+])
+def test_fitting_group_starts_only_what_ends_in_time(size, width, per_prompt, remaining, expected):
+    assert fitting_group(size, width, per_prompt, remaining) == expected
+
+
+def test_a_deadline_stops_before_a_group_and_resumes_to_the_same_records(models, tmp_path):
+    import time
+    full = _runner(models, tmp_path / "full").run_method("lr", batch_prompts=2)
+    none = _runner(models, tmp_path / "cut").run_method("lr", batch_prompts=2, deadline=time.time() - 1)
+    assert none["prompts"] == 0
+    first = _runner(models, tmp_path / "cut").run_method("lr", batch_prompts=2, deadline=time.time() + 3600)
+    assert first["prompts"] == full["prompts"] == 4
+    assert _comparable(tmp_path / "cut" / "lr" / "records.jsonl") == \
+        _comparable(tmp_path / "full" / "lr" / "records.jsonl")

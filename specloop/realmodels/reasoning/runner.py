@@ -68,7 +68,8 @@ from specloop.realmodels.reasoning.lookahead import (FeedbackPair, LookaheadConf
 from specloop.realmodels.reasoning.steps import rule_for_task
 from specloop.realmodels.reasoning.tasks import TaskItem, format_prompt, score
 
-__all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods", "timed_rows"]
+__all__ = ["METHODS", "ReasonConfig", "ReasonRunner", "summarise_records", "resolve_methods", "timed_rows",
+           "fitting_group"]
 
 METHODS = ("target", "draft", "lr", "osd-lr", "online-lr")
 #: the largest relative difference of a replayed update's loss from the recorded one
@@ -239,8 +240,11 @@ class ReasonRunner:
             batch_prompts: prompts served in lockstep (>= 1; 1: each alone, timed).
             timing_prompts: stream indices served again alone when served in lockstep
                 (None: none).
-            deadline: ``time.time()`` after which no prompt or group starts (the run
-                stops with its state saved; the summary has fewer ``prompts``).
+            deadline: ``time.time()`` by which the call should have stopped, with its
+                state saved (the summary has fewer ``prompts``): a group starts only
+                when it is predicted to end by then (`fitting_group`, from this
+                call's seconds a prompt; the first group of a lockstep call is one
+                wave of ``batch_prompts`` prompts, to measure them).
 
         Returns:
             `summarise_records` of the method's records.
@@ -272,9 +276,16 @@ class ReasonRunner:
             _keep_records(path, state["prompts_done"])
         limit = len(self.items) if stop_after is None else min(len(self.items), int(stop_after))
         index = state["prompts_done"]
-        while index < limit and (deadline is None or time.time() < deadline):
+        started, served_here = time.time(), 0
+        while index < limit:
             size = 1 if batch_prompts == 1 else GROUP_WIDTHS * int(batch_prompts)
-            end = min(limit, index + size, (index // self.config.chunk + 1) * self.config.chunk)
+            size = min(limit - index, size, (index // self.config.chunk + 1) * self.config.chunk - index)
+            if deadline is not None:
+                per_prompt = (time.time() - started) / served_here if served_here else None
+                size = fitting_group(size, int(batch_prompts), per_prompt, deadline - time.time())
+                if size < 1:
+                    break
+            end = index + size
             served = self._serve_group(method, draft, list(range(index, end)), int(batch_prompts))
             _append(records_path, [record for record, _ in served])
             _append(timing_path, [self._timing_row(method, draft, record) for record, _ in served
@@ -287,6 +298,7 @@ class ReasonRunner:
                     if (i + 1) % self.config.chunk == 0:
                         state["updates"].append({"chunk": i // self.config.chunk, **updater.update()})
             state["prompts_done"] = index = end
+            served_here += len(served)
             if updater is not None and state.get("saves_draft"):
                 state["updater"] = updater.state_dict()
             save_checkpoint(folder / "state.pt", state)
@@ -325,6 +337,35 @@ class ReasonRunner:
                 "accepted_per_round", "drafted_per_round", "stop_reason", "timing")
         return {**{k: record[k] for k in keys}, "judged_pairs": len(record["judged"]),
                 "same_as_lockstep": all(record[k] == lockstep_record[k] for k in _SAME_KEYS)}
+
+
+def fitting_group(size: int, width: int, per_prompt: float | None, remaining: float) -> int:
+    """How many prompts the next group may hold so that it ends within ``remaining``
+    seconds: the largest n <= ``size`` whose predicted time fits, or 0 (stop).
+
+    A lockstep wave of up to ``width`` prompts in flight takes about as long as a full
+    one (one batched forward a step, bounded by its longest prompt), so n prompts are
+    predicted to take ``per_prompt * max(n, width)`` seconds (``per_prompt``: seconds a
+    prompt measured in this call, timing rows included). Without a measurement yet
+    (``per_prompt`` None) the group is one wave, ``min(size, width)``, if any time is left.
+
+    Args:
+        size: prompts the group would hold without a deadline (>= 0).
+        width: prompts in flight (``batch_prompts``, >= 1; 1 serves each prompt alone).
+        per_prompt: seconds a prompt so far, or None.
+        remaining: seconds to the deadline.
+
+    Returns:
+        int in [0, size].
+    """
+    if remaining <= 0 or size < 1:
+        return 0
+    width = max(1, int(width))
+    if per_prompt is None:
+        return min(size, width)
+    if per_prompt * width > remaining:
+        return 0
+    return min(size, int(remaining // per_prompt))
 
 
 def _pair_row(pair: FeedbackPair) -> list:
