@@ -134,7 +134,7 @@ def test_fitting_group_starts_only_what_ends_in_time(size, width, per_prompt, re
     assert fitting_group(size, width, per_prompt, remaining) == expected
 
 
-def test_a_deadline_stops_before_a_group_and_resumes_to_the_same_records(models, tmp_path):
+def test_a_passed_deadline_serves_nothing_and_a_deadline_in_time_gives_the_full_records(models, tmp_path):
     import time
     full = _runner(models, tmp_path / "full").run_method("lr", batch_prompts=2)
     none = _runner(models, tmp_path / "cut").run_method("lr", batch_prompts=2, deadline=time.time() - 1)
